@@ -1,0 +1,330 @@
+#include "actors/children.hpp"
+
+#include <algorithm>
+
+#include "caf/event_based_actor.hpp"
+#include "caf/stateful_actor.hpp"
+
+#include "actors/inspection.hpp"
+#include "actors/log.hpp"
+
+namespace qsp {
+
+namespace {
+
+uint64_t elapsed_ns(caf::actor_clock::time_point since, caf::actor_clock::time_point now) {
+  return static_cast<uint64_t>(
+    std::chrono::duration_cast<std::chrono::nanoseconds>(now - since).count());
+}
+
+} // namespace
+
+// -- metadata verifier --------------------------------------------------------
+
+caf::expected<verified_start> verifier_state::run(const projection_settings& cfg,
+                                                  generation& gen) {
+  auto broker = gen.ports->make_inspector();
+  if (!broker)
+    return broker.error();
+  auto store = gen.ports->make_checkpoint_store();
+  if (!store)
+    return store.error();
+  auto r = inspect_startup(cfg, **broker, **store);
+  if (!r)
+    return r.error();
+  if (!r->ok())
+    return refusal(r->problems);
+  verified_start vs;
+  vs.id = r->observed;
+  vs.starts = r->plan.starts();
+  vs.checkpoints = r->validated.next_offsets;
+  vs.h0 = r->plan.h0();
+  for (size_t p = 0; p < r->broker.true_high.size(); ++p)
+    vs.true_high[static_cast<int32_t>(p)] = r->broker.true_high[p];
+  vs.retention_ms = r->broker.retention_ms;
+  if (!r->validated.meta_present) {
+    auto created = (*store)->create_meta(vs.id);
+    if (!created)
+      return created.error();
+    vs.meta_created = *created;
+  }
+  // Create the consumer with the explicit starts; it checks [low, high] itself.
+  if (auto started = gen.log->start(vs.starts); !started)
+    return started.error();
+  // Identity must be unchanged between the inspection and the consumer's readiness.
+  auto again = (*broker)->identity(cfg.topic);
+  if (!again)
+    return again.error();
+  if (again->cluster_id != vs.id.cluster_id)
+    return caf::make_error(ec::identity_changed,
+                           "meta: field cluster_id: stored \"" + vs.id.cluster_id + "\", observed \""
+                             + again->cluster_id + "\": the broker changed during startup");
+  if (again->topic_id != vs.id.topic_id)
+    return caf::make_error(ec::identity_changed,
+                           "meta: field topic_id: stored \"" + vs.id.topic_id + "\", observed \""
+                             + again->topic_id + "\": the topic was recreated during startup");
+  gen.checkpoints = std::move(*store);
+  return vs;
+}
+
+verifier_actor::behavior_type
+metadata_verifier(verifier_actor::stateful_pointer<verifier_state> self, projection_settings cfg,
+                  std::shared_ptr<generation> gen) {
+  return {
+    [=](atom::verify) -> caf::result<verified_start> {
+      auto vs = self->state.run(cfg, *gen);
+      if (!vs)
+        return vs.error();
+      return std::move(*vs);
+    },
+  };
+}
+
+// -- readiness aggregator -----------------------------------------------------
+
+bool aggregator_state::ready() const {
+  return std::all_of(parts.begin(), parts.end(),
+                     [](auto& kv) { return kv.second.next_offset >= kv.second.h0; });
+}
+
+int64_t aggregator_state::remaining() const {
+  int64_t n = 0;
+  for (auto& [p, st] : parts)
+    n += std::max<int64_t>(0, st.h0 - st.next_offset);
+  return n;
+}
+
+bool aggregator_state::advance(const checkpoint_advanced& cp) {
+  auto i = parts.find(cp.partition);
+  if (i == parts.end() || cp.next_offset < i->second.next_offset)
+    return false;
+  i->second.next_offset = cp.next_offset;
+  return true;
+}
+
+aggregator_actor::behavior_type
+readiness_aggregator(aggregator_actor::stateful_pointer<aggregator_state> self,
+                     projection_settings cfg, verified_start vs, projection_actor supervisor) {
+  for (auto& [p, start] : vs.starts)
+    self->state.parts[p] = partition_status{p, start, vs.h0[p], start};
+  auto announce_if_ready = [=] {
+    if (!self->state.announced && self->state.ready()) {
+      self->state.announced = true;
+      self->send(supervisor, atom::ready_v);
+    }
+  };
+  announce_if_ready();
+  self->state.remaining_at_tick = self->state.remaining();
+  if (!self->state.announced)
+    self->delayed_send(self, cfg.progress_interval, atom::poll_v);
+  return {
+    [=](atom::progress, const checkpoint_advanced& cp) {
+      if (!self->state.advance(cp))
+        QSP_LOG_WARN("partition {}: checkpoint {} reported out of order", cp.partition,
+                     cp.next_offset);
+      announce_if_ready();
+    },
+    [=](atom::poll) {
+      // Catch-up progress: done / H0 per partition, overall %, rate, ETA.
+      if (self->state.announced)
+        return;
+      auto& st = self->state;
+      int64_t total = 0, left = st.remaining();
+      std::string parts;
+      for (auto& [p, ps] : st.parts) {
+        total += ps.h0 - ps.start;
+        parts += fmt::format(" p{}={}/{}", p, ps.next_offset, ps.h0);
+      }
+      double secs = std::chrono::duration<double>(cfg.progress_interval).count();
+      double rate = static_cast<double>(st.remaining_at_tick - left) / secs;
+      double pct = total > 0 ? 100.0 * static_cast<double>(total - left) / static_cast<double>(total) : 100.0;
+      std::string eta = rate > 0 ? fmt::format("{:.0f}s", static_cast<double>(left) / rate) : "?";
+      QSP_LOG_INFO("catch-up {:.1f}% ({} offsets left, {:.0f} offsets/s, ETA {}):{}", pct, left,
+                   rate, eta, parts);
+      st.remaining_at_tick = left;
+      self->delayed_send(self, cfg.progress_interval, atom::poll_v);
+    },
+    [=](atom::status) -> std::vector<partition_status> {
+      std::vector<partition_status> out;
+      for (auto& [p, ps] : self->state.parts)
+        out.push_back(ps);
+      return out;
+    },
+  };
+}
+
+// -- redis writer -------------------------------------------------------------
+
+const std::vector<session_update>& writer_state::coalesce(const partition_batch& b) {
+  for (auto& [user, convs] : by_user)
+    convs.clear();
+  for (auto& d : b.records)
+    for (auto& user : d.recipients) {
+      auto& convs = by_user[user];
+      auto [it, fresh] = convs.emplace(d.conversation_id, d.created_at);
+      if (!fresh && it->second < d.created_at)
+        it->second = d.created_at;
+    }
+  updates.clear();
+  for (auto i = by_user.begin(); i != by_user.end();) {
+    if (i->second.empty()) {
+      i = by_user.erase(i);
+      continue;
+    }
+    session_update u;
+    u.user = i->first;
+    u.members.assign(i->second.begin(), i->second.end());
+    updates.push_back(std::move(u));
+    ++i;
+  }
+  return updates;
+}
+
+caf::expected<checkpoint_advanced> writer_state::write(const partition_batch& b) {
+  auto& last = written[b.partition];
+  checkpoint_advanced cp{b.partition, last < 0 ? b.begin_offset : last, 0, 0};
+  if (b.end_offset <= cp.next_offset && b.records.empty())
+    return cp;
+  if (!sessions) {
+    auto s = gen->ports->make_session_store();
+    if (!s)
+      return s.error();
+    sessions = std::move(*s);
+  }
+  auto& ups = coalesce(b);
+  if (!ups.empty())
+    if (auto ok = sessions->apply(ups); !ok)
+      return ok.error();
+  // Every reply was read and none was an error: now the checkpoint.
+  if (auto ok = gen->checkpoints->write_checkpoint(id, b.partition, last, b.end_offset); !ok)
+    return ok.error();
+  last = b.end_offset;
+  cp.next_offset = b.end_offset;
+  cp.records = b.records.size();
+  for (auto& u : ups)
+    cp.recipient_writes += u.members.size();
+  return cp;
+}
+
+writer_actor::behavior_type
+redis_writer(writer_actor::stateful_pointer<writer_state> self, verified_start vs,
+             std::shared_ptr<generation> gen, aggregator_actor aggregator,
+             std::shared_ptr<metrics> stats) {
+  auto& st = self->state;
+  st.gen = std::move(gen);
+  st.id = vs.id;
+  st.stats = std::move(stats);
+  // Partitions without a stored checkpoint start from "absent" (bootstrap).
+  for (auto& [p, start] : vs.starts) {
+    auto i = vs.checkpoints.find(p);
+    st.written[p] = i != vs.checkpoints.end() ? i->second : -1;
+  }
+  return {
+    [=](atom::write, const partition_batch& b) -> caf::result<checkpoint_advanced> {
+      auto t0 = self->clock().now();
+      auto cp = self->state.write(b);
+      if (!cp)
+        return cp.error();
+      auto& m = *self->state.stats;
+      m.records += cp->records;
+      m.recipient_writes += cp->recipient_writes;
+      m.batches += 1;
+      m.observe_batch_latency(elapsed_ns(t0, self->clock().now()));
+      self->send(aggregator, atom::progress_v, *cp);
+      return *cp;
+    },
+    [=](atom::sessions, const std::string& user, uint32_t limit) -> caf::result<session_list> {
+      auto& s = self->state;
+      if (!s.sessions) {
+        auto made = s.gen->ports->make_session_store();
+        if (!made)
+          return made.error();
+        s.sessions = std::move(*made);
+      }
+      auto r = s.sessions->sessions(user, limit);
+      if (!r)
+        return r.error();
+      return std::move(*r);
+    },
+  };
+}
+
+// -- partition consumer -------------------------------------------------------
+
+caf::expected<partition_batch> consumer_state::next_batch(const projection_settings& cfg) {
+  buf.clear();
+  int64_t passed = -1;
+  if (auto ok = reader->poll(cfg.max_batch_records, buf, passed); !ok)
+    return ok.error();
+  partition_batch b;
+  b.partition = partition;
+  b.begin_offset = next;
+  b.end_offset = next;
+  for (auto& rec : buf) {
+    if (rec.offset < next)
+      continue; // already projected (redelivery)
+    core::dispatch d;
+    std::string why;
+    if (!decoder->decode(rec.value, d, why)) {
+      // Project what precedes it; stop exactly at the poison record.
+      poison = caf::make_error(ec::undecodable, "topic " + topic + " partition "
+                                                  + std::to_string(partition) + " offset "
+                                                  + std::to_string(rec.offset) + ": " + why);
+      return b;
+    }
+    b.bytes += rec.value.size();
+    b.records.push_back(std::move(d));
+    b.end_offset = rec.offset + 1;
+  }
+  // Offsets below the EOF position were delivered or are markers/aborted.
+  if (passed > b.end_offset)
+    b.end_offset = passed;
+  return b;
+}
+
+consumer_actor::behavior_type
+partition_consumer(consumer_actor::stateful_pointer<consumer_state> self, projection_settings cfg,
+                   int32_t partition, int64_t start, std::shared_ptr<partition_reader> reader,
+                   std::shared_ptr<const core::decoder> decoder, writer_actor writer) {
+  auto& st = self->state;
+  st.reader = std::move(reader);
+  st.decoder = std::move(decoder);
+  st.topic = cfg.topic;
+  st.partition = partition;
+  st.next = start;
+  self->send(self, atom::poll_v);
+  return {
+    [=](atom::poll) {
+      auto& st = self->state;
+      if (st.in_flight)
+        return;
+      auto b = st.next_batch(cfg);
+      if (!b) {
+        self->quit(b.error());
+        return;
+      }
+      if (b->records.empty() && b->end_offset <= st.next) {
+        if (st.poison)
+          self->quit(st.poison);
+        else
+          self->delayed_send(self, cfg.idle_poll, atom::poll_v);
+        return;
+      }
+      st.in_flight = true;
+      self->request(writer, caf::infinite, atom::write_v, std::move(*b))
+        .then(
+          [=](const checkpoint_advanced& cp) {
+            auto& st = self->state;
+            st.in_flight = false;
+            st.next = cp.next_offset;
+            if (st.poison)
+              self->quit(st.poison);
+            else
+              self->send(self, atom::poll_v);
+          },
+          [=](caf::error& err) { self->quit(std::move(err)); });
+    },
+  };
+}
+
+} // namespace qsp

@@ -1,0 +1,36 @@
+// Counters and the batch-latency histogram of one projection instance.  Owned
+// by the projection (not global), written by its actors, read by /metrics.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+
+namespace qsp {
+
+struct metrics {
+  static constexpr std::array<double, 12> latency_bounds{
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0};
+  static constexpr size_t error_kinds = 16;
+
+  std::atomic<uint64_t> records{0};
+  std::atomic<uint64_t> recipient_writes{0};
+  std::atomic<uint64_t> batches{0};
+  std::atomic<uint64_t> restarts{0};
+  std::array<std::atomic<uint64_t>, error_kinds> failures{};
+  std::array<std::atomic<uint64_t>, latency_bounds.size() + 1> latency_buckets{};
+  std::atomic<uint64_t> latency_count{0};
+  std::atomic<uint64_t> latency_sum_ns{0};
+
+  void observe_batch_latency(uint64_t ns) {
+    double s = static_cast<double>(ns) / 1e9;
+    size_t i = 0;
+    while (i < latency_bounds.size() && s > latency_bounds[i])
+      ++i;
+    latency_buckets[i].fetch_add(1, std::memory_order_relaxed);
+    latency_count.fetch_add(1, std::memory_order_relaxed);
+    latency_sum_ns.fetch_add(ns, std::memory_order_relaxed);
+  }
+};
+
+} // namespace qsp

@@ -1,0 +1,30 @@
+// The projection's typed settings, parsed once (app/ or the embedding host)
+// and validated before anything is spawned.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "caf/error.hpp"
+#include "caf/timespan.hpp"
+
+namespace qsp {
+
+struct projection_settings {
+  std::string topic;               ///< projection.dispatch-topic
+  int32_t partition_count = 0;     ///< projection.partition-count
+  std::string ns = "session_projection";  ///< projection.namespace
+  std::string convs_prefix = "convs:";    ///< projection.convs-prefix
+  size_t max_batch_records = 5000;        ///< per consumer batch
+  size_t max_batch_bytes = 4 << 20;       ///< per consumer batch
+  caf::timespan idle_poll = std::chrono::milliseconds(5);
+  caf::timespan backoff_initial = std::chrono::milliseconds(200);
+  caf::timespan backoff_max = std::chrono::seconds(30);
+  caf::timespan progress_interval = std::chrono::seconds(5);
+
+  /// An error naming the key and what is expected, or none.
+  caf::error validate() const;
+};
+
+} // namespace qsp

@@ -1,0 +1,290 @@
+// The supervisor: owns the state machine
+//   starting -> verifying -> catching-up -> ready
+//   any failure -> dirty (not ready) -> jittered exponential backoff -> verifying
+//   refusal     -> refused (no retry; an operator must act)
+// It monitors its children; they fail by exiting with an error and only the
+// supervisor decides what that means.
+#include <algorithm>
+#include <random>
+#include <set>
+
+#include "caf/event_based_actor.hpp"
+#include "caf/send.hpp"
+#include "caf/stateful_actor.hpp"
+#include "caf/typed_event_based_actor.hpp"
+
+#include "actors/children.hpp"
+#include "actors/log.hpp"
+#include "actors/projection.hpp"
+
+namespace qsp {
+
+namespace {
+
+struct supervisor_state {
+  static inline const char* name = "projection-supervisor";
+  projection_settings cfg;
+  std::shared_ptr<port_factory> ports;
+  std::shared_ptr<const core::decoder> decoder;
+  std::shared_ptr<metrics> stats;
+  projection_options opts;
+  std::mt19937_64 rng;
+
+  std::string state = "starting";
+  bool ready = false;
+  bool stopping = false;
+  std::string last_error;
+  uint64_t generation = 0;
+  uint32_t attempt = 0;
+  std::map<std::string, uint64_t> failures;
+  std::map<int32_t, int64_t> true_high;
+
+  std::vector<caf::actor> subscribers;
+  std::set<caf::actor_addr> children;
+  verifier_actor verifier;
+  aggregator_actor aggregator;
+  writer_actor writer;
+  std::vector<consumer_actor> consumers;
+};
+
+using supervisor_pointer = projection_actor::stateful_pointer<supervisor_state>;
+
+projection_status snapshot(const supervisor_state& st) {
+  projection_status s;
+  s.state = st.state;
+  s.ready = st.ready;
+  s.last_error = st.last_error;
+  s.restarts = static_cast<uint32_t>(st.stats->restarts.load());
+  s.records = st.stats->records.load();
+  s.recipient_writes = st.stats->recipient_writes.load();
+  s.batches = st.stats->batches.load();
+  s.failures = st.failures;
+  s.true_high = st.true_high;
+  return s;
+}
+
+void notify(supervisor_pointer self) {
+  auto s = snapshot(self->state);
+  for (auto& sub : self->state.subscribers)
+    caf::anon_send(sub, atom::status_v, s);
+}
+
+void transition(supervisor_pointer self, std::string next, const std::string& why) {
+  auto& st = self->state;
+  if (st.state != next)
+    QSP_LOG_INFO("projection of {}: {} -> {}{}{}", st.cfg.topic, st.state, next,
+                 why.empty() ? "" : ": ", why);
+  st.state = std::move(next);
+  st.ready = st.state == "ready";
+  notify(self);
+}
+
+template <class Handle>
+void adopt(supervisor_pointer self, const Handle& child) {
+  self->monitor(child);
+  self->state.children.insert(child.address());
+}
+
+void stop_children(supervisor_pointer self) {
+  auto& st = self->state;
+  auto kill = [&](auto& h) {
+    if (h) {
+      self->demonitor(h.address());
+      self->send_exit(h, caf::exit_reason::user_shutdown);
+      h = nullptr;
+    }
+  };
+  kill(st.verifier);
+  kill(st.aggregator);
+  kill(st.writer);
+  for (auto& c : st.consumers)
+    kill(c);
+  st.consumers.clear();
+  st.children.clear();
+}
+
+void start_generation(supervisor_pointer self);
+
+void fail(supervisor_pointer self, const caf::error& err) {
+  auto& st = self->state;
+  stop_children(self);
+  std::string kind = err.category() == caf::atom("qsp") ? to_string(static_cast<ec>(err.code()))
+                                                        : caf::to_string(err);
+  st.failures[kind] += 1;
+  if (err.category() == caf::atom("qsp") && err.code() < metrics::error_kinds)
+    st.stats->failures[err.code()] += 1;
+  st.last_error = describe(err);
+  if (is_refusal(err)) {
+    QSP_LOG_ERROR("projection of {} refused: {}", st.cfg.topic, st.last_error);
+    transition(self, "refused", "operator action needed");
+    return;
+  }
+  auto base = std::chrono::duration_cast<std::chrono::microseconds>(st.cfg.backoff_initial);
+  auto cap = std::chrono::duration_cast<std::chrono::microseconds>(st.cfg.backoff_max);
+  auto delay = base * (int64_t{1} << std::min<uint32_t>(st.attempt, 20));
+  delay = std::min(delay, cap);
+  std::uniform_real_distribution<double> jitter{0.5, 1.5};
+  auto wait = std::chrono::microseconds(
+    static_cast<int64_t>(static_cast<double>(delay.count()) * jitter(st.rng)));
+  ++st.attempt;
+  st.stats->restarts += 1;
+  QSP_LOG_WARN("projection of {} dirty: {}; restarting from the checkpoints in {} ms",
+               st.cfg.topic, st.last_error, wait.count() / 1000);
+  transition(self, "dirty", st.last_error);
+  self->delayed_send(self, caf::timespan{wait}, atom::restart_v, st.generation);
+}
+
+void on_verified(supervisor_pointer self, verified_start vs, std::shared_ptr<generation> gen) {
+  auto& st = self->state;
+  st.true_high = vs.true_high;
+  if (vs.meta_created)
+    QSP_LOG_INFO("created {}:meta for topic {} (cluster {}, topic id {})", st.cfg.ns,
+                 st.cfg.topic, vs.id.cluster_id, vs.id.topic_id);
+  for (auto& [p, start] : vs.starts)
+    QSP_LOG_INFO("partition {}: start {} H0 {}", p, start, vs.h0[p]);
+  auto io = st.opts.detached_io;
+  st.aggregator = self->spawn(readiness_aggregator, st.cfg, vs, projection_actor{self});
+  adopt(self, st.aggregator);
+  st.writer = io ? self->spawn<caf::detached>(redis_writer, vs, gen, st.aggregator, st.stats)
+                 : self->spawn(redis_writer, vs, gen, st.aggregator, st.stats);
+  adopt(self, st.writer);
+  for (auto& [p, start] : vs.starts) {
+    auto reader = gen->log->reader(p);
+    if (!reader) {
+      fail(self, caf::make_error(ec::kafka_read, "no reader for partition " + std::to_string(p)));
+      return;
+    }
+    auto c = self->spawn(partition_consumer, st.cfg, p, start, reader, st.decoder, st.writer);
+    adopt(self, c);
+    st.consumers.push_back(c);
+  }
+  if (st.state == "verifying")
+    transition(self, "catching-up", "");
+}
+
+void start_generation(supervisor_pointer self) {
+  auto& st = self->state;
+  ++st.generation;
+  transition(self, "verifying", "");
+  auto gen = std::make_shared<generation>();
+  gen->ports = st.ports;
+  auto log = st.ports->make_dispatch_log();
+  if (!log) {
+    fail(self, log.error());
+    return;
+  }
+  gen->log = std::move(*log);
+  st.verifier = st.opts.detached_io ? self->spawn<caf::detached>(metadata_verifier, st.cfg, gen)
+                                    : self->spawn(metadata_verifier, st.cfg, gen);
+  adopt(self, st.verifier);
+  auto id = st.generation;
+  self->request(st.verifier, caf::infinite, atom::verify_v)
+    .then(
+      [=](verified_start& vs) {
+        if (self->state.generation == id && !self->state.stopping)
+          on_verified(self, std::move(vs), gen);
+      },
+      [=](caf::error& err) {
+        if (self->state.generation == id && !self->state.stopping)
+          fail(self, err);
+      });
+}
+
+projection_actor::behavior_type
+supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<port_factory> ports,
+           std::shared_ptr<const core::decoder> decoder, std::shared_ptr<metrics> stats,
+           projection_options opts) {
+  auto& st = self->state;
+  st.cfg = std::move(cfg);
+  st.ports = std::move(ports);
+  st.decoder = std::move(decoder);
+  st.stats = std::move(stats);
+  st.opts = opts;
+  st.rng.seed(opts.seed != 0 ? opts.seed : static_cast<uint64_t>(
+                                              self->clock().now().time_since_epoch().count()));
+  self->set_down_handler([=](caf::down_msg& msg) {
+    auto& st = self->state;
+    if (st.children.erase(msg.source) == 0 || st.stopping)
+      return;
+    auto reason = msg.reason ? msg.reason
+                             : caf::make_error(ec::unspecified, "a child exited unexpectedly");
+    fail(self, reason);
+  });
+  self->send(self, atom::restart_v, uint64_t{0});
+  return {
+    [=](atom::status) -> caf::result<projection_status> {
+      auto rp = self->make_response_promise<projection_status>();
+      auto s = snapshot(self->state);
+      if (!self->state.aggregator) {
+        rp.deliver(s);
+        return rp;
+      }
+      self->request(self->state.aggregator, std::chrono::seconds(5), atom::status_v)
+        .then(
+          [=](std::vector<partition_status>& parts) mutable {
+            s.partitions = std::move(parts);
+            rp.deliver(s);
+          },
+          [=](caf::error&) mutable { rp.deliver(s); });
+      return rp;
+    },
+    [=](atom::pull, const std::string& user, uint32_t limit) -> caf::result<session_list> {
+      // The PULL_SESSION_LIST gate.
+      if (!self->state.ready || !self->state.writer)
+        return caf::make_error(ec::not_ready, "projection is " + self->state.state);
+      return self->delegate(self->state.writer, atom::sessions_v, user, limit);
+    },
+    [=](atom::subscribe, const caf::actor& listener) {
+      self->state.subscribers.push_back(listener);
+      caf::anon_send(listener, atom::status_v, snapshot(self->state));
+    },
+    [=](atom::ready) {
+      if (self->state.state == "catching-up") {
+        self->state.attempt = 0;
+        transition(self, "ready", "every partition reached its start target H0");
+      }
+    },
+    [=](atom::restart, uint64_t gen) {
+      auto& st = self->state;
+      if (gen == st.generation && !st.stopping && (st.state == "starting" || st.state == "dirty"))
+        start_generation(self);
+    },
+    [=](atom::shutdown) {
+      auto& st = self->state;
+      st.stopping = true;
+      stop_children(self);
+      transition(self, "stopped", "shutdown requested");
+      self->quit();
+    },
+  };
+}
+
+} // namespace
+
+caf::error projection_settings::validate() const {
+  if (topic.empty())
+    return caf::make_error(ec::refused, "projection.dispatch-topic: required, a Kafka topic name");
+  if (partition_count <= 0)
+    return caf::make_error(ec::refused, "projection.partition-count: required, an integer > 0, got "
+                                          + std::to_string(partition_count));
+  if (ns.empty())
+    return caf::make_error(ec::refused, "projection.namespace: must not be empty");
+  if (max_batch_records == 0)
+    return caf::make_error(ec::refused, "projection.max-batch-records: must be > 0");
+  if (backoff_initial.count() <= 0 || backoff_max < backoff_initial)
+    return caf::make_error(ec::refused, "projection.backoff-*: need 0 < initial <= max");
+  return caf::none;
+}
+
+caf::expected<projection_actor>
+spawn_projection(caf::actor_system& sys, const projection_settings& cfg,
+                 std::shared_ptr<port_factory> ports, std::shared_ptr<const core::decoder> decoder,
+                 std::shared_ptr<metrics> stats, projection_options opts) {
+  if (auto err = cfg.validate())
+    return err;
+  if (!ports || !decoder || !stats)
+    return caf::make_error(ec::refused, "spawn_projection: ports, decoder and metrics are required");
+  return sys.spawn(supervisor, cfg, std::move(ports), std::move(decoder), std::move(stats), opts);
+}
+
+} // namespace qsp

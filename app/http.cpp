@@ -1,0 +1,182 @@
+#include "app/http.hpp"
+
+#include <fmt/format.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "caf/scoped_actor.hpp"
+
+#include "messages/types.hpp"
+
+namespace qsp::app {
+
+namespace {
+
+caf::expected<projection_status> ask_status(caf::actor_system& sys, const projection_actor& p) {
+  caf::scoped_actor self{sys};
+  caf::expected<projection_status> result = caf::make_error(ec::shutting_down, "no answer");
+  self->request(p, std::chrono::seconds(5), atom::status_v)
+    .receive([&](projection_status& s) { result = std::move(s); },
+             [&](caf::error& e) { result = std::move(e); });
+  return result;
+}
+
+} // namespace
+
+std::string status_json(const projection_status& s) {
+  nlohmann::json j;
+  j["state"] = s.state;
+  j["ready"] = s.ready;
+  j["restarts"] = s.restarts;
+  if (!s.last_error.empty())
+    j["last_error"] = s.last_error;
+  auto& parts = j["partitions"] = nlohmann::json::array();
+  for (auto& p : s.partitions)
+    parts.push_back({{"partition", p.partition}, {"start", p.start}, {"h0", p.h0},
+                     {"next_offset", p.next_offset},
+                     {"caught_up", p.next_offset >= p.h0}});
+  return j.dump();
+}
+
+std::string prometheus_text(const projection_status& s, const metrics& m, const std::string& topic) {
+  std::string out;
+  auto metric = [&](const char* name, const char* type, const char* help) {
+    out += std::string{"# HELP "} + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+  };
+  auto lbl = "topic=\"" + topic + "\"";
+  metric("qsp_ready", "gauge", "1 when every partition reached its start target H0");
+  out += "qsp_ready{" + lbl + "} " + (s.ready ? "1" : "0") + "\n";
+  metric("qsp_state", "gauge", "current supervisor state (1 for the active one)");
+  for (auto* st : {"starting", "verifying", "catching-up", "ready", "dirty", "refused", "stopped"})
+    out += "qsp_state{" + lbl + ",state=\"" + st + "\"} " + (s.state == st ? "1" : "0") + "\n";
+  metric("qsp_next_offset", "gauge", "checkpointed next offset per partition");
+  for (auto& p : s.partitions)
+    out += "qsp_next_offset{" + lbl + ",partition=\"" + std::to_string(p.partition) + "\"} "
+           + std::to_string(p.next_offset) + "\n";
+  metric("qsp_start_target_offset", "gauge", "H0: the last stable offset at this start");
+  for (auto& p : s.partitions)
+    out += "qsp_start_target_offset{" + lbl + ",partition=\"" + std::to_string(p.partition) + "\"} "
+           + std::to_string(p.h0) + "\n";
+  metric("qsp_catch_up_lag", "gauge", "offsets left until H0");
+  for (auto& p : s.partitions)
+    out += "qsp_catch_up_lag{" + lbl + ",partition=\"" + std::to_string(p.partition) + "\"} "
+           + std::to_string(std::max<int64_t>(0, p.h0 - p.next_offset)) + "\n";
+  metric("qsp_open_transaction_gap", "gauge",
+         "high watermark minus last stable offset at start (an open transaction pins progress)");
+  for (auto& p : s.partitions) {
+    auto i = s.true_high.find(p.partition);
+    if (i != s.true_high.end())
+      out += "qsp_open_transaction_gap{" + lbl + ",partition=\"" + std::to_string(p.partition)
+             + "\"} " + std::to_string(std::max<int64_t>(0, i->second - p.h0)) + "\n";
+  }
+  metric("qsp_records_total", "counter", "dispatch records projected");
+  out += "qsp_records_total{" + lbl + "} " + std::to_string(m.records.load()) + "\n";
+  metric("qsp_recipient_writes_total", "counter", "ZADD members written");
+  out += "qsp_recipient_writes_total{" + lbl + "} " + std::to_string(m.recipient_writes.load()) + "\n";
+  metric("qsp_batches_total", "counter", "batches confirmed with a checkpoint");
+  out += "qsp_batches_total{" + lbl + "} " + std::to_string(m.batches.load()) + "\n";
+  metric("qsp_restarts_total", "counter", "restarts after a transient failure");
+  out += "qsp_restarts_total{" + lbl + "} " + std::to_string(m.restarts.load()) + "\n";
+  metric("qsp_failures_total", "counter", "failures by kind");
+  for (size_t i = 1; i < metrics::error_kinds; ++i) {
+    auto name = to_string(static_cast<ec>(i));
+    if (name == "unknown")
+      continue;
+    out += "qsp_failures_total{" + lbl + ",kind=\"" + name + "\"} "
+           + std::to_string(m.failures[i].load()) + "\n";
+  }
+  metric("qsp_batch_write_seconds", "histogram", "ZADD pipeline + checkpoint write latency");
+  uint64_t cum = 0;
+  for (size_t i = 0; i < metrics::latency_bounds.size(); ++i) {
+    cum += m.latency_buckets[i].load();
+    out += "qsp_batch_write_seconds_bucket{" + lbl + ",le=\""
+           + fmt::format("{}", metrics::latency_bounds[i]) + "\"} " + std::to_string(cum) + "\n";
+  }
+  cum += m.latency_buckets[metrics::latency_bounds.size()].load();
+  out += "qsp_batch_write_seconds_bucket{" + lbl + ",le=\"+Inf\"} " + std::to_string(cum) + "\n";
+  out += "qsp_batch_write_seconds_sum{" + lbl + "} "
+         + fmt::format("{}", static_cast<double>(m.latency_sum_ns.load()) / 1e9) + "\n";
+  out += "qsp_batch_write_seconds_count{" + lbl + "} " + std::to_string(m.latency_count.load()) + "\n";
+  return out;
+}
+
+http_endpoint::http_endpoint(caf::actor_system& sys, projection_actor proj,
+                             std::shared_ptr<metrics> stats, std::string topic)
+  : sys_(sys), proj_(std::move(proj)), stats_(std::move(stats)), topic_(std::move(topic)),
+    srv_(std::make_unique<httplib::Server>()) {}
+
+http_endpoint::~http_endpoint() { stop(); }
+
+caf::expected<uint16_t> http_endpoint::start(const std::string& host, uint16_t port) {
+  auto& srv = *srv_;
+  srv.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok\n", "text/plain");
+  });
+  srv.Get("/readyz", [this](const httplib::Request&, httplib::Response& res) {
+    auto s = ask_status(sys_, proj_);
+    if (!s) {
+      res.status = 503;
+      res.set_content(nlohmann::json{{"state", "unknown"}, {"ready", false}}.dump(), "application/json");
+      return;
+    }
+    res.status = s->ready ? 200 : 503;
+    res.set_content(status_json(*s), "application/json");
+  });
+  srv.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    auto s = ask_status(sys_, proj_);
+    projection_status empty;
+    empty.state = "stopped";
+    res.set_content(prometheus_text(s ? *s : empty, *stats_, topic_),
+                    "text/plain; version=0.0.4");
+  });
+  srv.Get(R"(/v1/users/([^/]+)/sessions)", [this](const httplib::Request& req,
+                                                 httplib::Response& res) {
+    auto user = req.matches[1].str();
+    uint32_t limit = 100;
+    if (req.has_param("limit")) {
+      auto text = req.get_param_value("limit");
+      char* end = nullptr;
+      long v = std::strtol(text.c_str(), &end, 10);
+      if (text.empty() || *end != '\0' || v <= 0 || v > 10000) {
+        res.status = 400;
+        res.set_content(nlohmann::json{{"error", "limit must be an integer in [1, 10000]"}}.dump(),
+                        "application/json");
+        return;
+      }
+      limit = static_cast<uint32_t>(v);
+    }
+    if (user.empty() || user.size() > 512) {
+      res.status = 400;
+      res.set_content(nlohmann::json{{"error", "bad user"}}.dump(), "application/json");
+      return;
+    }
+    caf::scoped_actor self{sys_};
+    self->request(proj_, std::chrono::seconds(10), atom::pull_v, user, limit)
+      .receive(
+        [&](session_list& list) {
+          nlohmann::json arr = nlohmann::json::array();
+          for (auto& e : list)
+            arr.push_back({{"conversation_id", e.conversation_id}, {"last_active", e.last_active}});
+          res.set_content(nlohmann::json{{"user", user}, {"sessions", arr}}.dump(),
+                          "application/json");
+        },
+        [&](caf::error& e) {
+          res.status = 503;
+          res.set_content(nlohmann::json{{"error", describe(e)}}.dump(), "application/json");
+        });
+  });
+  int bound = port == 0 ? srv.bind_to_any_port(host.c_str()) : (srv.bind_to_port(host.c_str(), port) ? port : -1);
+  if (bound <= 0)
+    return caf::make_error(ec::refused, "http.listen: cannot bind " + host + ":" + std::to_string(port));
+  thread_ = std::thread{[this] { srv_->listen_after_bind(); }};
+  return static_cast<uint16_t>(bound);
+}
+
+void http_endpoint::stop() {
+  if (srv_)
+    srv_->stop();
+  if (thread_.joinable())
+    thread_.join();
+}
+
+} // namespace qsp::app

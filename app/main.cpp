@@ -1,0 +1,307 @@
+// qsession-projection: the durable session projection as a standalone node.
+//
+//   qsession-projection <run|catch-up|verify|inspect|audit> [--config-file=PATH] [--group.key=value ...]
+//
+// Exit codes: 0 ok · 2 bad usage/config · 3 refused · 4 dependency unreachable
+//             · 5 audit found differences
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "caf/actor_system.hpp"
+#include "caf/scoped_actor.hpp"
+
+#include "actors/inspection.hpp"
+#include "actors/log.hpp"
+#include "actors/projection.hpp"
+#include "adapters/real_ports.hpp"
+#include "app/http.hpp"
+#include "app/node_config.hpp"
+#include "core/dispatch.hpp"
+
+namespace {
+
+using namespace qsp;
+
+constexpr int exit_ok = 0, exit_usage = 2, exit_refused = 3, exit_unreachable = 4;
+
+const char* usage = R"(usage: qsession-projection <command> [--config-file=PATH] [--<group>.<key>=<value> ...]
+
+commands:
+  run        verify, catch up to this start's H0, serve, keep consuming until SIGTERM/SIGINT
+             exit: 0 clean stop, 3 refused, 2 bad usage/config
+  catch-up   verify, project up to this start's H0, then exit
+             exit: 0 caught up, 3 refused, 4 gave up on an unreachable dependency, 2 bad usage
+  verify     the startup inspection without consuming or writing; per-partition table
+             exit: 0 would start, 3 would refuse, 4 dependency unreachable, 2 bad usage
+  inspect    meta, checkpoints and broker state side by side (--json for machines)
+             exit: 0, 4, 2
+  audit      replay the log into a model and diff it with Redis (not implemented yet: exits 2)
+
+options (config file keys are the same, grouped as [group] key=value):
+)";
+
+int exit_for(const caf::error& err) {
+  return is_refusal(err) ? exit_refused : exit_unreachable;
+}
+
+void print_problems(const std::string& text) {
+  std::string line;
+  for (char c : text) {
+    if (c == '\n') {
+      std::cerr << "refused: " << line << '\n';
+      line.clear();
+    } else {
+      line.push_back(c);
+    }
+  }
+  if (!line.empty())
+    std::cerr << "refused: " << line << '\n';
+}
+
+// -- verify / inspect ----------------------------------------------------------
+
+caf::expected<inspection> inspect_now(const app::node_settings& s) {
+  auto ports = make_real_ports(s.ports);
+  auto broker = ports->make_inspector();
+  if (!broker)
+    return broker.error();
+  auto store = ports->make_checkpoint_store();
+  if (!store)
+    return store.error();
+  return inspect_startup(s.projection, **broker, **store);
+}
+
+int cmd_verify(const app::node_settings& s) {
+  auto r = inspect_now(s);
+  if (!r) {
+    std::cerr << "verify: " << describe(r.error()) << '\n';
+    return exit_for(r.error());
+  }
+  std::set<int32_t> bad;
+  for (auto& p : r->problems)
+    if (p.partition)
+      bad.insert(*p.partition);
+  std::printf("topic %s  cluster_id %s  topic_id %s  partitions %d (expected %d)  redis %s\n",
+              s.projection.topic.c_str(), r->broker.cluster_id.c_str(),
+              r->broker.topic_id.c_str(), r->broker.partition_count, s.projection.partition_count,
+              r->redis_version.c_str());
+  std::printf("%-9s %12s %12s %12s %12s  %s\n", "partition", "low", "high", "checkpoint", "start",
+              "verdict");
+  for (auto& pp : r->plan.partitions) {
+    auto cp = pp.checkpoint ? std::to_string(*pp.checkpoint) : std::string{"-"};
+    auto st = pp.start && !bad.count(pp.partition) ? std::to_string(*pp.start) : std::string{"-"};
+    std::string verdict = bad.count(pp.partition) || !r->ok() && pp.v != core::verdict::refuse
+                            ? (bad.count(pp.partition) ? "refuse" : core::to_string(pp.v))
+                            : core::to_string(pp.v);
+    std::printf("%-9d %12lld %12lld %12s %12s  %s\n", pp.partition, static_cast<long long>(pp.low),
+                static_cast<long long>(pp.high), cp.c_str(), st.c_str(), verdict.c_str());
+  }
+  for (auto& p : r->problems)
+    std::cerr << "refused: " << p.to_string() << '\n';
+  if (!r->ok()) {
+    std::printf("verdict: would refuse (%zu problem%s)\n", r->problems.size(),
+                r->problems.size() == 1 ? "" : "s");
+    return exit_refused;
+  }
+  std::printf("verdict: would start\n");
+  return exit_ok;
+}
+
+int cmd_inspect(const app::node_settings& s, bool json) {
+  auto r = inspect_now(s);
+  if (!r) {
+    std::cerr << "inspect: " << describe(r.error()) << '\n';
+    return exit_unreachable;
+  }
+  nlohmann::json j;
+  j["redis_version"] = r->redis_version;
+  j["namespace"] = s.projection.ns;
+  j["meta"] = r->stored.meta ? nlohmann::json(*r->stored.meta) : nlohmann::json(nullptr);
+  j["checkpoints"] = nlohmann::json(r->stored.checkpoints);
+  auto& b = j["broker"];
+  b["cluster_id"] = r->broker.cluster_id;
+  b["topic"] = s.projection.topic;
+  b["topic_id"] = r->broker.topic_id;
+  b["partition_count"] = r->broker.partition_count;
+  b["retention_ms"] = r->broker.retention_ms;
+  auto& parts = b["partitions"] = nlohmann::json::array();
+  for (size_t p = 0; p < r->broker.marks.size(); ++p)
+    parts.push_back({{"partition", p}, {"low", r->broker.marks[p].low},
+                     {"last_stable_offset", r->broker.marks[p].high},
+                     {"high_watermark", r->broker.true_high[p]}});
+  auto& probs = j["problems"] = nlohmann::json::array();
+  for (auto& p : r->problems)
+    probs.push_back(p.to_string());
+  if (json) {
+    std::cout << j.dump(2) << '\n';
+    return exit_ok;
+  }
+  std::cout << "redis " << r->redis_version << ", namespace " << s.projection.ns << "\n\nmeta:\n";
+  if (r->stored.meta)
+    for (auto& [k, v] : *r->stored.meta)
+      std::cout << "  " << k << " = " << v << '\n';
+  else
+    std::cout << "  (absent)\n";
+  std::cout << "\nbroker: cluster_id " << r->broker.cluster_id << ", topic " << s.projection.topic
+            << ", topic_id " << r->broker.topic_id << ", partitions " << r->broker.partition_count
+            << ", retention.ms " << r->broker.retention_ms << "\n\n";
+  std::printf("%-9s %12s %12s %12s %12s\n", "partition", "low", "lso", "high", "next_offset");
+  for (size_t p = 0; p < r->broker.marks.size(); ++p) {
+    auto key = std::to_string(p);
+    auto i = r->stored.checkpoints.find(key);
+    std::string cp = "-";
+    if (i != r->stored.checkpoints.end()) {
+      auto f = i->second.find("next_offset");
+      cp = f != i->second.end() ? f->second : "(missing)";
+    }
+    std::printf("%-9zu %12lld %12lld %12lld %12s\n", p,
+                static_cast<long long>(r->broker.marks[p].low),
+                static_cast<long long>(r->broker.marks[p].high),
+                static_cast<long long>(r->broker.true_high[p]), cp.c_str());
+  }
+  for (auto& [suffix, fields] : r->stored.checkpoints)
+    if (!core::parse_decimal(suffix) || *core::parse_decimal(suffix) >= r->broker.partition_count)
+      std::cout << "stray checkpoint key suffix \"" << suffix << "\"\n";
+  for (auto& p : r->problems)
+    std::cout << "problem: " << p.to_string() << '\n';
+  return exit_ok;
+}
+
+// -- run / catch-up -----------------------------------------------------------
+
+int cmd_run(caf::actor_system& sys, const app::node_settings& s, bool catch_up_only,
+            sigset_t& signals) {
+  auto stats = std::make_shared<metrics>();
+  auto proj = spawn_projection(sys, s.projection, make_real_ports(s.ports),
+                               std::make_shared<core::json_decoder>(), stats);
+  if (!proj) {
+    std::cerr << "error: " << describe(proj.error()) << '\n';
+    return exit_usage;
+  }
+  std::unique_ptr<app::http_endpoint> http;
+  if (!s.http_host.empty()) {
+    http = std::make_unique<app::http_endpoint>(sys, *proj, stats, s.projection.topic);
+    auto port = http->start(s.http_host, s.http_port);
+    if (!port) {
+      std::cerr << "error: " << describe(port.error()) << '\n';
+      caf::anon_send(*proj, atom::shutdown_v);
+      return exit_usage;
+    }
+    QSP_LOG_INFO("http on {}:{} (/healthz /readyz /metrics /v1/users/{{user}}/sessions)",
+                 s.http_host, *port);
+  }
+  caf::scoped_actor self{sys};
+  self->send(*proj, atom::subscribe_v, caf::actor{self});
+  int rc = -1;
+  int failures_in_a_row = 0;
+  bool stop = false;
+  while (rc < 0 && !stop) {
+    self->receive(
+      [&](atom::status, projection_status& st) {
+        if (st.state == "refused") {
+          print_problems(st.last_error);
+          rc = exit_refused;
+        } else if (st.state == "ready") {
+          failures_in_a_row = 0;
+          if (catch_up_only)
+            rc = exit_ok;
+        } else if (st.state == "dirty" && catch_up_only
+                   && ++failures_in_a_row >= s.catch_up_max_attempts) {
+          std::cerr << "catch-up: giving up after " << failures_in_a_row
+                    << " failed attempts: " << st.last_error << '\n';
+          rc = exit_unreachable;
+        }
+      },
+      caf::after(std::chrono::milliseconds(200)) >> [] {});
+    timespec zero{0, 0};
+    int sig = sigtimedwait(&signals, nullptr, &zero);
+    if (sig > 0) {
+      QSP_LOG_INFO("signal {}: stopping (a second signal exits at once)", sig);
+      stop = true;
+    }
+  }
+  // Ordered teardown: stop the pipeline (an in-flight batch either finishes
+  // with its checkpoint or is abandoned without one; both are safe), then HTTP.
+  if (http)
+    http->stop();
+  self->monitor(*proj);
+  self->send(*proj, atom::shutdown_v);
+  bool down = false;
+  for (int i = 0; i < 100 && !down; ++i) {
+    self->receive([&](caf::down_msg&) { down = true; },
+                      [&](atom::status, projection_status&) {},
+                      caf::after(std::chrono::milliseconds(100)) >> [] {});
+    timespec zero{0, 0};
+    if (sigtimedwait(&signals, nullptr, &zero) > 0) {
+      std::fflush(nullptr);
+      std::_Exit(rc >= 0 ? rc : 130);
+    }
+  }
+  return rc >= 0 ? rc : exit_ok;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> commands{"run", "catch-up", "verify", "inspect", "audit"};
+  std::string cmd = argc > 1 ? argv[1] : "";
+  app::node_config cfg;
+  if (cmd.empty() || cmd == "--help" || cmd == "-h" || cmd == "help") {
+    std::cout << usage << cfg.help();
+    return cmd.empty() ? exit_usage : exit_ok;
+  }
+  if (std::find(commands.begin(), commands.end(), cmd) == commands.end()) {
+    std::cerr << "unknown command \"" << cmd << "\"\n" << usage;
+    return exit_usage;
+  }
+  // Block the stop signals in every thread (CAF's included); main polls them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  bool json = false;
+  std::vector<char*> args{argv[0]};
+  for (int i = 2; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--json" && cmd == "inspect")
+      json = true;
+    else if (a == "--help" || a == "-h") {
+      std::cout << usage << cfg.help();
+      return exit_ok;
+    } else
+      args.push_back(argv[i]);
+  }
+  if (auto err = cfg.parse(static_cast<int>(args.size()), args.data())) {
+    std::cerr << "error: " << caf::to_string(err) << '\n';
+    return exit_usage;
+  }
+  if (!cfg.remainder.empty()) {
+    std::cerr << "error: unexpected argument \"" << cfg.remainder.front() << "\"\n";
+    return exit_usage;
+  }
+  spdlog::set_level(spdlog::level::from_str(cfg.log_level));
+  qsp::logger()->set_level(spdlog::level::from_str(cfg.log_level));
+  auto settings = app::to_settings(cfg);
+  if (!settings) {
+    std::cerr << "error: " << describe(settings.error()) << '\n';
+    return exit_usage;
+  }
+  if (cmd == "verify")
+    return cmd_verify(*settings);
+  if (cmd == "inspect")
+    return cmd_inspect(*settings, json);
+  if (cmd == "audit") {
+    std::cerr << "audit: not implemented yet\n";
+    return exit_usage;
+  }
+  caf::actor_system sys{cfg};
+  return cmd_run(sys, *settings, cmd == "catch-up", signals);
+}

@@ -1,0 +1,229 @@
+#include "kafka/admin.hpp"
+
+#include <memory>
+
+#include "core/checkpoint.hpp"
+#include "messages/types.hpp"
+
+namespace qsp::kafka {
+
+namespace {
+
+struct queue_deleter { void operator()(rd_kafka_queue_t* q) const { rd_kafka_queue_destroy(q); } };
+struct event_deleter { void operator()(rd_kafka_event_t* e) const { rd_kafka_event_destroy(e); } };
+struct options_deleter { void operator()(rd_kafka_AdminOptions_t* o) const { rd_kafka_AdminOptions_destroy(o); } };
+using queue_ptr = std::unique_ptr<rd_kafka_queue_t, queue_deleter>;
+using event_ptr = std::unique_ptr<rd_kafka_event_t, event_deleter>;
+using options_ptr = std::unique_ptr<rd_kafka_AdminOptions_t, options_deleter>;
+
+options_ptr make_options(rd_kafka_t* rk, rd_kafka_admin_op_t op, int timeout_ms) {
+  options_ptr o{rd_kafka_AdminOptions_new(rk, op)};
+  char err[256];
+  rd_kafka_AdminOptions_set_request_timeout(o.get(), timeout_ms, err, sizeof(err));
+  return o;
+}
+
+/// Waits for the result event of an admin call issued on `q`.
+caf::expected<event_ptr> await(rd_kafka_queue_t* q, int timeout_ms, const std::string& what) {
+  event_ptr ev{rd_kafka_queue_poll(q, timeout_ms + 2000)};
+  if (!ev)
+    return caf::make_error(ec::kafka_unavailable, what + ": no answer within "
+                                                    + std::to_string(timeout_ms) + " ms");
+  if (auto err = rd_kafka_event_error(ev.get()))
+    return caf::make_error(ec::kafka_unavailable,
+                           what + ": " + rd_kafka_event_error_string(ev.get())
+                             + " (" + rd_kafka_err2name(err) + ")");
+  return ev;
+}
+
+} // namespace
+
+admin::admin(handle_ptr rk, int timeout_ms) : rk_(std::move(rk)), timeout_ms_(timeout_ms) {}
+
+caf::expected<std::unique_ptr<admin>> admin::make(const client_settings& cfg) {
+  auto rk = make_handle(RD_KAFKA_PRODUCER, cfg, {});
+  if (!rk)
+    return rk.error();
+  return std::unique_ptr<admin>{new admin(std::move(*rk), cfg.timeout_ms)};
+}
+
+caf::expected<std::string> admin::cluster_id() {
+  char* id = rd_kafka_clusterid(rk_.get(), timeout_ms_);
+  if (id == nullptr)
+    return caf::make_error(ec::kafka_unavailable,
+                           "broker did not return a cluster id within "
+                             + std::to_string(timeout_ms_) + " ms");
+  std::string result{id};
+  rd_kafka_mem_free(rk_.get(), id);
+  return result;
+}
+
+caf::expected<broker_state> admin::identity(const std::string& topic) {
+  broker_state st;
+  auto cid = cluster_id();
+  if (!cid)
+    return cid.error();
+  st.cluster_id = std::move(*cid);
+  queue_ptr q{rd_kafka_queue_new(rk_.get())};
+  const char* names[] = {topic.c_str()};
+  auto* coll = rd_kafka_TopicCollection_of_topic_names(names, 1);
+  auto opts = make_options(rk_.get(), RD_KAFKA_ADMIN_OP_DESCRIBETOPICS, timeout_ms_);
+  rd_kafka_DescribeTopics(rk_.get(), coll, opts.get(), q.get());
+  rd_kafka_TopicCollection_destroy(coll);
+  auto ev = await(q.get(), timeout_ms_, "describe topic " + topic);
+  if (!ev)
+    return ev.error();
+  auto* res = rd_kafka_event_DescribeTopics_result(ev->get());
+  size_t n = 0;
+  auto** topics = rd_kafka_DescribeTopics_result_topics(res, &n);
+  if (n != 1)
+    return caf::make_error(ec::kafka_unavailable, "describe topic " + topic + ": no result");
+  if (auto* err = rd_kafka_TopicDescription_error(topics[0]);
+      err != nullptr && rd_kafka_error_code(err) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    auto code = rd_kafka_error_code(err);
+    std::string text = "describe topic " + topic + ": " + rd_kafka_error_string(err);
+    // A missing topic is a fact about the broker, not an outage.
+    if (code == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
+      return caf::make_error(ec::refused, "topic " + topic + " does not exist on the broker");
+    return caf::make_error(ec::kafka_unavailable, text);
+  }
+  st.topic_id = topic_id_text(rd_kafka_TopicDescription_topic_id(topics[0]));
+  size_t parts = 0;
+  rd_kafka_TopicDescription_partitions(topics[0], &parts);
+  st.partition_count = static_cast<int32_t>(parts);
+  return st;
+}
+
+caf::expected<std::vector<int64_t>>
+admin::list_offsets(const std::string& topic, int partitions, rd_kafka_OffsetSpec_t spec,
+                    rd_kafka_IsolationLevel_t isolation) {
+  std::vector<int64_t> out(static_cast<size_t>(partitions), -1);
+  if (partitions == 0)
+    return out;
+  auto* list = rd_kafka_topic_partition_list_new(partitions);
+  for (int p = 0; p < partitions; ++p)
+    rd_kafka_topic_partition_list_add(list, topic.c_str(), p)->offset = spec;
+  queue_ptr q{rd_kafka_queue_new(rk_.get())};
+  auto opts = make_options(rk_.get(), RD_KAFKA_ADMIN_OP_LISTOFFSETS, timeout_ms_);
+  rd_kafka_AdminOptions_set_isolation_level(opts.get(), isolation);
+  rd_kafka_ListOffsets(rk_.get(), list, opts.get(), q.get());
+  rd_kafka_topic_partition_list_destroy(list);
+  auto ev = await(q.get(), timeout_ms_, "list offsets of " + topic);
+  if (!ev)
+    return ev.error();
+  size_t n = 0;
+  auto** infos = rd_kafka_ListOffsets_result_infos(rd_kafka_event_ListOffsets_result(ev->get()), &n);
+  for (size_t i = 0; i < n; ++i) {
+    auto* tp = rd_kafka_ListOffsetsResultInfo_topic_partition(infos[i]);
+    if (tp->err)
+      return kafka_error(tp->err, "list offsets of " + topic + " partition "
+                                    + std::to_string(tp->partition));
+    if (tp->partition >= 0 && tp->partition < partitions)
+      out[static_cast<size_t>(tp->partition)] = tp->offset;
+  }
+  for (int p = 0; p < partitions; ++p)
+    if (out[static_cast<size_t>(p)] < 0)
+      return caf::make_error(ec::kafka_unavailable, "list offsets of " + topic + ": partition "
+                                                      + std::to_string(p) + " missing");
+  return out;
+}
+
+caf::expected<int64_t> admin::retention_ms(const std::string& topic) {
+  queue_ptr q{rd_kafka_queue_new(rk_.get())};
+  auto* res = rd_kafka_ConfigResource_new(RD_KAFKA_RESOURCE_TOPIC, topic.c_str());
+  auto opts = make_options(rk_.get(), RD_KAFKA_ADMIN_OP_DESCRIBECONFIGS, timeout_ms_);
+  rd_kafka_DescribeConfigs(rk_.get(), &res, 1, opts.get(), q.get());
+  rd_kafka_ConfigResource_destroy(res);
+  auto ev = await(q.get(), timeout_ms_, "describe configs of " + topic);
+  if (!ev)
+    return ev.error();
+  size_t n = 0;
+  auto** rs = rd_kafka_DescribeConfigs_result_resources(
+    rd_kafka_event_DescribeConfigs_result(ev->get()), &n);
+  for (size_t i = 0; i < n; ++i) {
+    if (rd_kafka_ConfigResource_error(rs[i]))
+      return caf::make_error(ec::kafka_unavailable, "describe configs of " + topic + ": "
+                                                      + rd_kafka_ConfigResource_error_string(rs[i]));
+    size_t m = 0;
+    auto** entries = rd_kafka_ConfigResource_configs(rs[i], &m);
+    for (size_t j = 0; j < m; ++j)
+      if (std::string{rd_kafka_ConfigEntry_name(entries[j])} == "retention.ms") {
+        const char* v = rd_kafka_ConfigEntry_value(entries[j]);
+        return v != nullptr ? std::stoll(v) : -1;
+      }
+  }
+  return int64_t{-1};
+}
+
+caf::expected<broker_state> admin::inspect(const std::string& topic) {
+  auto st = identity(topic);
+  if (!st)
+    return st;
+  auto ret = retention_ms(topic);
+  if (!ret)
+    return ret.error();
+  st->retention_ms = *ret;
+  auto n = st->partition_count;
+  auto low = list_offsets(topic, n, RD_KAFKA_OFFSET_SPEC_EARLIEST, RD_KAFKA_ISOLATION_LEVEL_READ_COMMITTED);
+  if (!low)
+    return low.error();
+  // Under read_committed the latest offset is the last stable offset: the
+  // right H0, since records of a transaction still open are not committed.
+  auto lso = list_offsets(topic, n, RD_KAFKA_OFFSET_SPEC_LATEST, RD_KAFKA_ISOLATION_LEVEL_READ_COMMITTED);
+  if (!lso)
+    return lso.error();
+  auto hw = list_offsets(topic, n, RD_KAFKA_OFFSET_SPEC_LATEST, RD_KAFKA_ISOLATION_LEVEL_READ_UNCOMMITTED);
+  if (!hw)
+    return hw.error();
+  for (size_t p = 0; p < static_cast<size_t>(n); ++p) {
+    st->marks.push_back(core::watermarks{(*low)[p], (*lso)[p]});
+    st->true_high.push_back((*hw)[p]);
+  }
+  return st;
+}
+
+caf::expected<void>
+admin::create_topic(const std::string& topic, int partitions,
+                    const std::vector<std::pair<std::string, std::string>>& configs) {
+  char err[512];
+  auto* nt = rd_kafka_NewTopic_new(topic.c_str(), partitions, 1, err, sizeof(err));
+  if (nt == nullptr)
+    return caf::make_error(ec::refused, "create topic " + topic + ": " + err);
+  for (auto& [k, v] : configs)
+    rd_kafka_NewTopic_set_config(nt, k.c_str(), v.c_str());
+  queue_ptr q{rd_kafka_queue_new(rk_.get())};
+  auto opts = make_options(rk_.get(), RD_KAFKA_ADMIN_OP_CREATETOPICS, timeout_ms_);
+  rd_kafka_AdminOptions_set_operation_timeout(opts.get(), timeout_ms_, err, sizeof(err));
+  rd_kafka_CreateTopics(rk_.get(), &nt, 1, opts.get(), q.get());
+  rd_kafka_NewTopic_destroy(nt);
+  auto ev = await(q.get(), timeout_ms_, "create topic " + topic);
+  if (!ev)
+    return ev.error();
+  size_t n = 0;
+  auto** rs = rd_kafka_CreateTopics_result_topics(rd_kafka_event_CreateTopics_result(ev->get()), &n);
+  for (size_t i = 0; i < n; ++i)
+    if (auto e = rd_kafka_topic_result_error(rs[i]))
+      return kafka_error(e, "create topic " + topic);
+  return caf::unit;
+}
+
+caf::expected<void> admin::delete_topic(const std::string& topic) {
+  char err[512];
+  auto* dt = rd_kafka_DeleteTopic_new(topic.c_str());
+  queue_ptr q{rd_kafka_queue_new(rk_.get())};
+  auto opts = make_options(rk_.get(), RD_KAFKA_ADMIN_OP_DELETETOPICS, timeout_ms_);
+  rd_kafka_AdminOptions_set_operation_timeout(opts.get(), timeout_ms_, err, sizeof(err));
+  rd_kafka_DeleteTopics(rk_.get(), &dt, 1, opts.get(), q.get());
+  rd_kafka_DeleteTopic_destroy(dt);
+  auto ev = await(q.get(), timeout_ms_, "delete topic " + topic);
+  if (!ev)
+    return ev.error();
+  size_t n = 0;
+  auto** rs = rd_kafka_DeleteTopics_result_topics(rd_kafka_event_DeleteTopics_result(ev->get()), &n);
+  for (size_t i = 0; i < n; ++i)
+    if (auto e = rd_kafka_topic_result_error(rs[i]))
+      return kafka_error(e, "delete topic " + topic);
+  return caf::unit;
+}
+
+} // namespace qsp::kafka

@@ -1,0 +1,37 @@
+// The broker inspector (librdkafka admin API): cluster id, KIP-516 topic id,
+// partition count, retention.ms and watermarks.  Also topic creation/deletion,
+// used by tests, the demo and benchmarks.
+#pragma once
+
+#include <string>
+
+#include "kafka/client.hpp"
+#include "ports/ports.hpp"
+
+namespace qsp::kafka {
+
+class admin final : public broker_inspector {
+public:
+  static caf::expected<std::unique_ptr<admin>> make(const client_settings& cfg);
+
+  caf::expected<broker_state> inspect(const std::string& topic) override;
+  caf::expected<broker_state> identity(const std::string& topic) override;
+
+  caf::expected<std::string> cluster_id();
+  caf::expected<void> create_topic(const std::string& topic, int partitions,
+                                   const std::vector<std::pair<std::string, std::string>>& configs = {});
+  caf::expected<void> delete_topic(const std::string& topic);
+
+private:
+  admin(handle_ptr rk, int timeout_ms);
+  /// Low (earliest) and latest offsets per partition under `isolation`.
+  caf::expected<std::vector<int64_t>> list_offsets(const std::string& topic, int partitions,
+                                                   rd_kafka_OffsetSpec_t spec,
+                                                   rd_kafka_IsolationLevel_t isolation);
+  caf::expected<int64_t> retention_ms(const std::string& topic);
+
+  handle_ptr rk_;
+  int timeout_ms_;
+};
+
+} // namespace qsp::kafka

@@ -1,0 +1,141 @@
+#include "kafka/dispatch_log_consumer.hpp"
+
+#include <mutex>
+
+#include "messages/types.hpp"
+
+namespace qsp::kafka {
+
+namespace {
+
+class rd_partition_reader final : public partition_reader {
+public:
+  rd_partition_reader(std::shared_ptr<dispatch_log_consumer> owner, rd_kafka_queue_t* q,
+                      std::string topic, int32_t partition)
+    : owner_(std::move(owner)), q_(q), topic_(std::move(topic)), partition_(partition) {
+    // Stop forwarding to the consumer queue: this partition is read here only.
+    rd_kafka_queue_forward(q_, nullptr);
+  }
+
+  ~rd_partition_reader() override { rd_kafka_queue_destroy(q_); }
+
+  caf::expected<void> poll(size_t max, std::vector<log_record>& out, int64_t& passed) override {
+    if (auto err = owner_->poll_events())
+      return err;
+    buf_.resize(max);
+    auto n = rd_kafka_consume_batch_queue(q_, 0, buf_.data(), max);
+    if (n < 0)
+      return kafka_error(rd_kafka_last_error(), where());
+    caf::error failure;
+    for (ssize_t i = 0; i < n; ++i) {
+      rd_kafka_message_t* m = buf_[static_cast<size_t>(i)];
+      if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+        if (m->offset > passed)
+          passed = m->offset;
+      } else if (m->err) {
+        if (!failure)
+          failure = caf::make_error(ec::kafka_read, where() + " offset " + std::to_string(m->offset)
+                                                      + ": " + rd_kafka_message_errstr(m));
+      } else if (!failure) {
+        rd_kafka_timestamp_type_t tt;
+        out.push_back(log_record{m->offset,
+                                 std::string{static_cast<const char*>(m->payload), m->len},
+                                 rd_kafka_message_timestamp(m, &tt)});
+      }
+      rd_kafka_message_destroy(m);
+    }
+    if (failure)
+      return failure;
+    return caf::unit;
+  }
+
+private:
+  std::string where() const { return "topic " + topic_ + " partition " + std::to_string(partition_); }
+
+  std::shared_ptr<dispatch_log_consumer> owner_;
+  rd_kafka_queue_t* q_;
+  std::string topic_;
+  int32_t partition_;
+  std::vector<rd_kafka_message_t*> buf_;
+};
+
+} // namespace
+
+dispatch_log_consumer::dispatch_log_consumer(dispatch_log_consumer_config cfg, handle_ptr rk)
+  : cfg_(std::move(cfg)), rk_(std::move(rk)) {}
+
+dispatch_log_consumer::~dispatch_log_consumer() {
+  if (rk_ && assigned_)
+    rd_kafka_assign(rk_.get(), nullptr);
+}
+
+caf::expected<std::shared_ptr<dispatch_log_consumer>>
+dispatch_log_consumer::make(dispatch_log_consumer_config cfg) {
+  auto rk = make_handle(RD_KAFKA_CONSUMER, cfg.client,
+                        {{"group.id", cfg.group_id},
+                         {"enable.auto.commit", "false"},
+                         {"enable.auto.offset.store", "false"},
+                         {"auto.offset.reset", "error"},
+                         {"isolation.level", "read_committed"},
+                         {"enable.partition.eof", "true"},
+                         {"queued.max.messages.kbytes", std::to_string(cfg.queued_max_kbytes)},
+                         {"fetch.max.bytes", std::to_string(cfg.fetch_max_bytes)}});
+  if (!rk)
+    return rk.error();
+  rd_kafka_poll_set_consumer(rk->get());
+  return std::shared_ptr<dispatch_log_consumer>{
+    new dispatch_log_consumer(std::move(cfg), std::move(*rk))};
+}
+
+caf::expected<void> dispatch_log_consumer::start(const std::map<int32_t, int64_t>& starts) {
+  // Readiness: every start must lie in the retained range right now.
+  for (auto& [p, start] : starts) {
+    int64_t low = 0, high = 0;
+    auto err = rd_kafka_query_watermark_offsets(rk_.get(), cfg_.topic.c_str(), p, &low, &high,
+                                                cfg_.client.timeout_ms);
+    if (err)
+      return kafka_error(err, "watermarks of " + cfg_.topic + " partition " + std::to_string(p));
+    if (start < low || start > high)
+      return caf::make_error(ec::refused, "partition " + std::to_string(p)
+                                            + ": field start: stored \"" + std::to_string(start)
+                                            + "\", observed \"low=" + std::to_string(low)
+                                            + ",high=" + std::to_string(high)
+                                            + "\": start outside the retained range");
+  }
+  auto* list = rd_kafka_topic_partition_list_new(static_cast<int>(starts.size()));
+  for (auto& [p, start] : starts)
+    rd_kafka_topic_partition_list_add(list, cfg_.topic.c_str(), p)->offset = start;
+  auto err = rd_kafka_assign(rk_.get(), list);
+  rd_kafka_topic_partition_list_destroy(list);
+  if (err)
+    return kafka_error(err, "assign " + cfg_.topic);
+  assigned_ = true;
+  return caf::unit;
+}
+
+std::shared_ptr<partition_reader> dispatch_log_consumer::reader(int32_t partition) {
+  auto* q = rd_kafka_queue_get_partition(rk_.get(), cfg_.topic.c_str(), partition);
+  if (q == nullptr)
+    return nullptr;
+  return std::make_shared<rd_partition_reader>(shared_from_this(), q, cfg_.topic, partition);
+}
+
+caf::error dispatch_log_consumer::poll_events() {
+  caf::error result;
+  while (auto* m = rd_kafka_consumer_poll(rk_.get(), 0)) {
+    if (m->err && m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF && !result) {
+      bool fatal = m->err == RD_KAFKA_RESP_ERR__FATAL
+                   || m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET
+                   || m->err == RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE;
+      // Transport hiccups (_TRANSPORT, _ALL_BROKERS_DOWN) are retried by
+      // librdkafka itself; they only make the projection lag.
+      if (fatal)
+        result = caf::make_error(ec::kafka_read, std::string{"consumer of "} + cfg_.topic + ": "
+                                                   + rd_kafka_message_errstr(m));
+    }
+    rd_kafka_message_destroy(m);
+  }
+  return result;
+}
+
+} // namespace qsp::kafka

@@ -1,0 +1,55 @@
+#include "messages/types.hpp"
+
+#include "caf/message.hpp"
+
+namespace qsp {
+
+std::string to_string(ec x) {
+  switch (x) {
+    case ec::unspecified: return "unspecified";
+    case ec::refused: return "refused";
+    case ec::undecodable: return "undecodable";
+    case ec::identity_changed: return "identity_changed";
+    case ec::unsupported_redis: return "unsupported_redis";
+    case ec::redis_unavailable: return "redis_unavailable";
+    case ec::redis_reply: return "redis_reply";
+    case ec::checkpoint_conflict: return "checkpoint_conflict";
+    case ec::kafka_unavailable: return "kafka_unavailable";
+    case ec::kafka_read: return "kafka_read";
+    case ec::not_ready: return "not_ready";
+    case ec::shutting_down: return "shutting_down";
+  }
+  return "unknown";
+}
+
+bool is_refusal(ec x) {
+  switch (x) {
+    case ec::refused:
+    case ec::undecodable:
+    case ec::identity_changed:
+    case ec::unsupported_redis:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool is_refusal(const caf::error& x) {
+  return x.category() == caf::atom("qsp") && is_refusal(static_cast<ec>(x.code()));
+}
+
+std::string describe(const caf::error& x) {
+  if (!x)
+    return "no error";
+  std::string code;
+  if (x.category() == caf::atom("qsp"))
+    code = to_string(static_cast<ec>(x.code()));
+  else
+    code = caf::to_string(x);
+  auto& ctx = x.context();
+  if (ctx.size() == 1 && ctx.match_element<std::string>(0))
+    return code + ": " + ctx.get_as<std::string>(0);
+  return code;
+}
+
+} // namespace qsp

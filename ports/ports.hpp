@@ -1,0 +1,119 @@
+// Narrow ports over the outside world.  The real adapters (kafka/, redis/)
+// wrap librdkafka and hiredis; tests/support/ has in-memory fakes with fault
+// injection.  Every call returns caf::expected; no exception crosses a port.
+// Calls may block for a bounded time (the adapters' timeouts); the actors that
+// use them run on their own threads in production (see actors/spawn.hpp).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "caf/expected.hpp"
+
+#include "core/checkpoint.hpp"
+#include "core/start_plan.hpp"
+#include "messages/types.hpp"
+
+namespace qsp {
+
+/// What the broker says about the dispatch topic.
+struct broker_state {
+  std::string cluster_id;
+  std::string topic_id;       ///< Kafka's text form (22 chars, URL-safe base64)
+  int32_t partition_count = 0;
+  int64_t retention_ms = -1;  ///< -1: not reported
+  /// Per partition: low and (read_committed) last stable offset as high.
+  std::vector<core::watermarks> marks;
+  /// Per partition: the high watermark under read_uncommitted.
+  std::vector<int64_t> true_high;
+};
+
+/// Reads the broker's view of a topic (librdkafka admin API).
+class broker_inspector {
+public:
+  virtual ~broker_inspector() = default;
+  /// Identity, partition count, retention.ms, and watermarks of every partition.
+  virtual caf::expected<broker_state> inspect(const std::string& topic) = 0;
+  /// Identity only: cluster id and topic id (for the post-readiness re-check).
+  virtual caf::expected<broker_state> identity(const std::string& topic) = 0;
+};
+
+/// The projection's durable state in Redis: meta and per-partition checkpoints.
+/// Every call goes over one connection (the checkpoint connection).
+class checkpoint_store {
+public:
+  virtual ~checkpoint_store() = default;
+  /// "major.minor.patch" of the server.
+  virtual caf::expected<std::string> server_version() = 0;
+  /// Meta and every checkpoint key of the namespace/topic, in one atomic pass.
+  virtual caf::expected<core::stored_state> read(const std::string& topic) = 0;
+  /// Creates meta iff neither meta nor any checkpoint exists.  Returns true if
+  /// it created meta, false if meta already existed with the same content.
+  virtual caf::expected<bool> create_meta(const core::identity& id) = 0;
+  /// Guarded write: succeeds only if meta and the stored checkpoint carry `id`
+  /// and the stored next_offset equals `expected` (-1: the key must be absent).
+  /// A mismatch is ec::checkpoint_conflict.
+  virtual caf::expected<void> write_checkpoint(const core::identity& id,
+                                               int32_t partition, int64_t expected,
+                                               int64_t next_offset) = 0;
+};
+
+/// One ZADD: a user's sorted set gets these members with at least these scores.
+struct session_update {
+  std::string user;
+  std::vector<std::pair<std::string, int64_t>> members; ///< conversation, created_at
+};
+
+/// The session sets `convs:{user}`.
+class session_store {
+public:
+  virtual ~session_store() = default;
+  /// Pipelines one `ZADD key GT score member ...` per update and reads every
+  /// reply; any error reply or I/O failure fails the whole call.
+  virtual caf::expected<void> apply(const std::vector<session_update>& updates) = 0;
+  /// The user's conversations, newest first.
+  virtual caf::expected<session_list> sessions(const std::string& user, size_t limit) = 0;
+};
+
+/// One event read from a partition.
+struct log_record {
+  int64_t offset = 0;
+  std::string value;
+  int64_t timestamp_ms = -1;
+};
+
+/// Reads one partition of the dispatch log from an explicit start, never blocking.
+class partition_reader {
+public:
+  virtual ~partition_reader() = default;
+  /// Appends up to `max` records to `out`, never waiting.  Sets `passed` to a
+  /// position the reader has provably passed (partition EOF: every offset below
+  /// was delivered or is a marker/aborted record), or leaves it untouched.
+  virtual caf::expected<void> poll(size_t max, std::vector<log_record>& out,
+                                   int64_t& passed) = 0;
+};
+
+/// The dispatch-log consumer: static assignment with explicit starts.
+class dispatch_log {
+public:
+  virtual ~dispatch_log() = default;
+  /// Assigns every partition at its start, after checking each start lies in
+  /// the broker's [low, high].  Refuses (ec::refused) otherwise.
+  virtual caf::expected<void> start(const std::map<int32_t, int64_t>& starts) = 0;
+  /// A reader for one assigned partition.
+  virtual std::shared_ptr<partition_reader> reader(int32_t partition) = 0;
+};
+
+/// Builds fresh adapters for each (re)start of the pipeline.
+class port_factory {
+public:
+  virtual ~port_factory() = default;
+  virtual caf::expected<std::unique_ptr<broker_inspector>> make_inspector() = 0;
+  virtual caf::expected<std::unique_ptr<checkpoint_store>> make_checkpoint_store() = 0;
+  virtual caf::expected<std::unique_ptr<session_store>> make_session_store() = 0;
+  virtual caf::expected<std::shared_ptr<dispatch_log>> make_dispatch_log() = 0;
+};
+
+} // namespace qsp

@@ -1,0 +1,116 @@
+#include "redis/connection.hpp"
+
+#include <hiredis/hiredis_ssl.h>
+
+#include "messages/types.hpp"
+
+namespace qsp::redis {
+
+namespace {
+
+timeval to_timeval(int ms) {
+  return timeval{ms / 1000, (ms % 1000) * 1000};
+}
+
+} // namespace
+
+connection::connection(settings cfg, redisContext* ctx, void* ssl)
+  : cfg_(std::move(cfg)), ctx_(ctx), ssl_(ssl) {}
+
+connection::~connection() {
+  if (ctx_ != nullptr)
+    redisFree(ctx_);
+  if (ssl_ != nullptr)
+    redisFreeSSLContext(static_cast<redisSSLContext*>(ssl_));
+}
+
+std::string connection::where() const {
+  return "redis " + cfg_.host + ":" + std::to_string(cfg_.port);
+}
+
+caf::error connection::io_error(const std::string& what) const {
+  std::string detail = ctx_ != nullptr && ctx_->err != 0 ? ctx_->errstr : "connection lost";
+  return caf::make_error(ec::redis_unavailable, where() + ": " + what + ": " + detail);
+}
+
+caf::expected<std::unique_ptr<connection>> connection::open(const settings& cfg) {
+  redisOptions opts{};
+  REDIS_OPTIONS_SET_TCP(&opts, cfg.host.c_str(), static_cast<int>(cfg.port));
+  auto ct = to_timeval(cfg.connect_timeout_ms);
+  auto cmdt = to_timeval(cfg.command_timeout_ms);
+  opts.connect_timeout = &ct;
+  opts.command_timeout = &cmdt;
+  auto where = "redis " + cfg.host + ":" + std::to_string(cfg.port);
+  redisContext* ctx = redisConnectWithOptions(&opts);
+  if (ctx == nullptr)
+    return caf::make_error(ec::redis_unavailable, where + ": cannot allocate a context");
+  if (ctx->err != 0) {
+    std::string err = ctx->errstr;
+    redisFree(ctx);
+    return caf::make_error(ec::redis_unavailable, where + ": connect: " + err);
+  }
+  redisSSLContext* ssl = nullptr;
+  if (cfg.tls) {
+    static const bool ssl_init = [] { return redisInitOpenSSL() == REDIS_OK; }();
+    (void) ssl_init;
+    redisSSLContextError ssl_err = REDIS_SSL_CTX_NONE;
+    auto opt = [](const std::string& s) { return s.empty() ? nullptr : s.c_str(); };
+    ssl = redisCreateSSLContext(opt(cfg.tls_ca_file), nullptr, opt(cfg.tls_cert_file),
+                                opt(cfg.tls_key_file), opt(cfg.tls_server_name), &ssl_err);
+    if (ssl == nullptr) {
+      redisFree(ctx);
+      return caf::make_error(ec::redis_unavailable,
+                             where + ": TLS setup: " + redisSSLContextGetError(ssl_err));
+    }
+    if (redisInitiateSSLWithContext(ctx, ssl) != REDIS_OK) {
+      std::string err = ctx->errstr;
+      redisFree(ctx);
+      redisFreeSSLContext(ssl);
+      return caf::make_error(ec::redis_unavailable, where + ": TLS handshake: " + err);
+    }
+  }
+  std::unique_ptr<connection> conn{new connection(cfg, ctx, ssl)};
+  if (!cfg.password.empty()) {
+    std::vector<std::string> argv{"AUTH"};
+    if (!cfg.username.empty())
+      argv.push_back(cfg.username);
+    argv.push_back(cfg.password);
+    auto r = conn->command(argv);
+    if (!r) {
+      // Never echo the password; name the user.
+      return caf::make_error(ec::redis_unavailable,
+                             where + ": AUTH failed for user '"
+                               + (cfg.username.empty() ? "default" : cfg.username)
+                               + "': " + describe(r.error()));
+    }
+  }
+  return conn;
+}
+
+caf::expected<reply_ptr> connection::command(const std::vector<std::string>& argv) {
+  std::vector<std::string_view> views(argv.begin(), argv.end());
+  append(views);
+  return read_reply();
+}
+
+void connection::append(const std::vector<std::string_view>& argv) {
+  argv_.clear();
+  lens_.clear();
+  for (auto& a : argv) {
+    argv_.push_back(a.data());
+    lens_.push_back(a.size());
+  }
+  redisAppendCommandArgv(ctx_, static_cast<int>(argv_.size()), argv_.data(), lens_.data());
+}
+
+caf::expected<reply_ptr> connection::read_reply() {
+  void* raw = nullptr;
+  if (redisGetReply(ctx_, &raw) != REDIS_OK || raw == nullptr)
+    return io_error("reading a reply");
+  reply_ptr r{static_cast<redisReply*>(raw)};
+  if (r->type == REDIS_REPLY_ERROR)
+    return caf::make_error(ec::redis_reply, where() + ": " + std::string{r->str, r->len});
+  return r;
+}
+
+} // namespace qsp::redis

@@ -1,0 +1,268 @@
+#include "redis/stores.hpp"
+
+#include "messages/types.hpp"
+
+namespace qsp::redis {
+
+namespace {
+
+// Reads meta and every checkpoint key of a topic atomically (scripts run
+// isolated).  Returns {meta_type, meta_fields, key1, type1, fields1, ...}.
+constexpr const char* read_script = R"lua(
+local out = {redis.call('TYPE', KEYS[1]).ok}
+if out[1] == 'hash' then out[2] = redis.call('HGETALL', KEYS[1]) else out[2] = {} end
+local cursor = '0'
+repeat
+  local r = redis.call('SCAN', cursor, 'MATCH', ARGV[1], 'COUNT', 1000)
+  cursor = r[1]
+  for _, k in ipairs(r[2]) do
+    local t = redis.call('TYPE', k).ok
+    out[#out + 1] = k
+    out[#out + 1] = t
+    if t == 'hash' then out[#out + 1] = redis.call('HGETALL', k) else out[#out + 1] = {} end
+  end
+until cursor == '0'
+return out
+)lua";
+
+// Creates meta iff neither meta nor any checkpoint of the topic exists.
+constexpr const char* create_meta_script = R"lua(
+if redis.call('EXISTS', KEYS[1]) == 1 then return 'exists' end
+local cursor = '0'
+repeat
+  local r = redis.call('SCAN', cursor, 'MATCH', ARGV[1], 'COUNT', 1000)
+  cursor = r[1]
+  if #r[2] > 0 then return 'checkpoints' end
+until cursor == '0'
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+return 'created'
+)lua";
+
+// The guarded checkpoint write (DESIGN.md §4): identity fields of meta and of
+// the checkpoint must match, and the stored next_offset must equal what this
+// writer last wrote (ARGV[1], or '' for "absent").  Answers 'ok' or
+// '<key>|<field>|<stored value>' naming the first mismatch.
+constexpr const char* guarded_write_script = R"lua(
+local id = {'format_version', ARGV[3], 'dispatch_topic', ARGV[4], 'partition_count', ARGV[5],
+            'cluster_id', ARGV[6], 'topic_id', ARGV[7]}
+local function shown(v) if v then return v end return '<absent>' end
+if redis.call('TYPE', KEYS[1]).ok ~= 'hash' then return 'meta|type|' .. redis.call('TYPE', KEYS[1]).ok end
+for i = 1, #id, 2 do
+  local v = redis.call('HGET', KEYS[1], id[i])
+  if v ~= id[i + 1] then return 'meta|' .. id[i] .. '|' .. shown(v) end
+end
+local t = redis.call('TYPE', KEYS[2]).ok
+if ARGV[1] == '' then
+  if t ~= 'none' then return 'checkpoint|next_offset|' .. shown(t == 'hash' and redis.call('HGET', KEYS[2], 'next_offset')) end
+else
+  if t ~= 'hash' then return 'checkpoint|next_offset|<absent>' end
+  for i = 1, #id, 2 do
+    local v = redis.call('HGET', KEYS[2], id[i])
+    if v ~= id[i + 1] then return 'checkpoint|' .. id[i] .. '|' .. shown(v) end
+  end
+  local p = redis.call('HGET', KEYS[2], 'partition')
+  if p ~= ARGV[8] then return 'checkpoint|partition|' .. shown(p) end
+  local cur = redis.call('HGET', KEYS[2], 'next_offset')
+  if cur ~= ARGV[1] then return 'checkpoint|next_offset|' .. shown(cur) end
+end
+redis.call('HSET', KEYS[2], 'format_version', ARGV[3], 'dispatch_topic', ARGV[4],
+           'partition_count', ARGV[5], 'cluster_id', ARGV[6], 'topic_id', ARGV[7],
+           'partition', ARGV[8], 'next_offset', ARGV[2])
+return 'ok'
+)lua";
+
+std::string str(const redisReply* r) {
+  return r->str != nullptr ? std::string{r->str, r->len} : std::string{};
+}
+
+core::hash_fields to_fields(const redisReply* r) {
+  core::hash_fields out;
+  for (size_t i = 0; i + 1 < r->elements; i += 2)
+    out.emplace(str(r->element[i]), str(r->element[i + 1]));
+  return out;
+}
+
+caf::error unexpected_reply(const connection& c, const std::string& what) {
+  return caf::make_error(ec::redis_reply, c.where() + ": unexpected reply to " + what);
+}
+
+} // namespace
+
+std::string meta_key(const std::string& ns) { return ns + ":meta"; }
+
+std::string checkpoint_prefix(const std::string& ns, const std::string& topic) {
+  return ns + ":checkpoint:" + topic + ":";
+}
+
+std::string checkpoint_key(const std::string& ns, const std::string& topic, int32_t partition) {
+  return checkpoint_prefix(ns, topic) + std::to_string(partition);
+}
+
+std::string glob_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '*' || c == '?' || c == '[' || c == ']' || c == '\\')
+      out.push_back('\\');
+    out.push_back(c);
+  }
+  return out;
+}
+
+// -- checkpoint store ---------------------------------------------------------
+
+caf::expected<std::unique_ptr<redis_checkpoint_store>>
+redis_checkpoint_store::open(const settings& cfg) {
+  auto conn = connection::open(cfg);
+  if (!conn)
+    return conn.error();
+  return std::unique_ptr<redis_checkpoint_store>{new redis_checkpoint_store(std::move(*conn))};
+}
+
+caf::expected<std::string> redis_checkpoint_store::server_version() {
+  auto r = conn_->command({"INFO", "server"});
+  if (!r)
+    return r.error();
+  auto text = str(r->get());
+  auto pos = text.find("redis_version:");
+  if (pos == std::string::npos)
+    return unexpected_reply(*conn_, "INFO server");
+  pos += 14;
+  return text.substr(pos, text.find_first_of("\r\n", pos) - pos);
+}
+
+caf::expected<core::stored_state> redis_checkpoint_store::read(const std::string& topic) {
+  auto& ns = conn_->config().ns;
+  auto prefix = checkpoint_prefix(ns, topic);
+  auto r = conn_->command({"EVAL", read_script, "1", meta_key(ns), glob_escape(prefix) + "*"});
+  if (!r)
+    return r.error();
+  auto* rep = r->get();
+  if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 2 || (rep->elements - 2) % 3 != 0)
+    return unexpected_reply(*conn_, "the checkpoint read script");
+  core::stored_state st;
+  auto meta_type = str(rep->element[0]);
+  if (meta_type == "hash")
+    st.meta = to_fields(rep->element[1]);
+  else if (meta_type != "none")
+    st.meta = core::hash_fields{}; // wrong type: every field missing
+  for (size_t i = 2; i < rep->elements; i += 3) {
+    auto key = str(rep->element[i]);
+    st.checkpoints[key.substr(prefix.size())] = to_fields(rep->element[i + 2]);
+  }
+  return st;
+}
+
+caf::expected<bool> redis_checkpoint_store::create_meta(const core::identity& id) {
+  auto& ns = conn_->config().ns;
+  std::vector<std::string> argv{"EVAL", create_meta_script, "1", meta_key(ns),
+                                glob_escape(checkpoint_prefix(ns, id.topic)) + "*"};
+  for (auto& [k, v] : core::encode_meta(id)) {
+    argv.push_back(k);
+    argv.push_back(v);
+  }
+  auto r = conn_->command(argv);
+  if (!r)
+    return r.error();
+  auto res = str(r->get());
+  if (res == "created")
+    return true;
+  if (res == "exists")
+    return false;
+  return caf::make_error(ec::refused, "meta: field meta: stored \"<absent>\", observed \""
+                                        + ns + ":meta\": checkpoints exist but meta is missing");
+}
+
+caf::expected<void> redis_checkpoint_store::write_checkpoint(const core::identity& id,
+                                                             int32_t partition, int64_t expected,
+                                                             int64_t next_offset) {
+  auto& ns = conn_->config().ns;
+  auto r = conn_->command({"EVAL", guarded_write_script, "2", meta_key(ns),
+                           checkpoint_key(ns, id.topic, partition),
+                           expected < 0 ? std::string{} : core::to_decimal(expected),
+                           core::to_decimal(next_offset), core::to_decimal(core::format_version),
+                           id.topic, core::to_decimal(id.partition_count), id.cluster_id,
+                           id.topic_id, core::to_decimal(partition)});
+  if (!r)
+    return r.error();
+  auto res = str(r->get());
+  if (res == "ok")
+    return caf::unit;
+  // '<key>|<field>|<stored>': someone else advanced, rolled back or rewrote it.
+  auto a = res.find('|'), b = res.rfind('|');
+  std::string field = a != std::string::npos && b > a ? res.substr(a + 1, b - a - 1) : res;
+  std::string stored = b != std::string::npos ? res.substr(b + 1) : "";
+  std::string mine = field == "next_offset"
+                       ? (expected < 0 ? std::string{"<absent>"} : core::to_decimal(expected))
+                       : "this writer's identity";
+  return caf::make_error(ec::checkpoint_conflict,
+                         "partition " + std::to_string(partition) + ": field " + field
+                           + " of " + res.substr(0, a) + ": stored \"" + stored
+                           + "\", expected \"" + mine
+                           + "\": the checkpoint changed behind this writer");
+}
+
+// -- session store ------------------------------------------------------------
+
+caf::expected<std::unique_ptr<redis_session_store>>
+redis_session_store::open(const settings& cfg) {
+  auto conn = connection::open(cfg);
+  if (!conn)
+    return conn.error();
+  return std::unique_ptr<redis_session_store>{new redis_session_store(std::move(*conn))};
+}
+
+caf::expected<void> redis_session_store::apply(const std::vector<session_update>& updates) {
+  static const std::string zadd = "ZADD", gt = "GT";
+  const auto& prefix = conn_->config().convs_prefix;
+  std::string key;
+  for (auto& u : updates) {
+    key.assign(prefix).append(u.user);
+    scores_.resize(u.members.size());
+    argv_.clear();
+    argv_.push_back(zadd);
+    argv_.push_back(key);
+    argv_.push_back(gt);
+    for (size_t i = 0; i < u.members.size(); ++i) {
+      scores_[i] = core::to_decimal(u.members[i].second);
+      argv_.push_back(scores_[i]);
+      argv_.push_back(u.members[i].first);
+    }
+    conn_->append(argv_);
+  }
+  // Read every reply, even after an error one, so that the connection stays
+  // in step; report the first failure.
+  caf::error first;
+  for (size_t i = 0; i < updates.size(); ++i) {
+    auto r = conn_->read_reply();
+    if (!r) {
+      if (!first)
+        first = r.error();
+      if (r.error().code() == static_cast<uint8_t>(ec::redis_unavailable))
+        break;
+      continue;
+    }
+    if ((*r)->type != REDIS_REPLY_INTEGER && !first)
+      first = unexpected_reply(*conn_, "ZADD GT");
+  }
+  if (first)
+    return first;
+  return caf::unit;
+}
+
+caf::expected<session_list> redis_session_store::sessions(const std::string& user, size_t limit) {
+  auto r = conn_->command({"ZREVRANGE", conn_->config().convs_prefix + user, "0",
+                           std::to_string(limit == 0 ? 0 : limit - 1), "WITHSCORES"});
+  if (!r)
+    return r.error();
+  session_list out;
+  if (limit == 0)
+    return out;
+  auto* rep = r->get();
+  for (size_t i = 0; i + 1 < rep->elements; i += 2) {
+    auto score = core::parse_decimal(str(rep->element[i + 1]));
+    out.push_back(session_entry{str(rep->element[i]), score ? *score : -1});
+  }
+  return out;
+}
+
+} // namespace qsp::redis

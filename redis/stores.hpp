@@ -1,0 +1,48 @@
+// The Redis adapters: the checkpoint store (meta + per-partition checkpoints,
+// guarded writes through Lua) and the session store (pipelined ZADD GT).
+#pragma once
+
+#include <memory>
+
+#include "ports/ports.hpp"
+#include "redis/connection.hpp"
+
+namespace qsp::redis {
+
+/// Key names of DESIGN.md §3.
+std::string meta_key(const std::string& ns);
+std::string checkpoint_prefix(const std::string& ns, const std::string& topic);
+std::string checkpoint_key(const std::string& ns, const std::string& topic, int32_t partition);
+/// `s` with Redis glob metacharacters escaped, for SCAN MATCH.
+std::string glob_escape(const std::string& s);
+
+class redis_checkpoint_store final : public checkpoint_store {
+public:
+  static caf::expected<std::unique_ptr<redis_checkpoint_store>> open(const settings& cfg);
+
+  caf::expected<std::string> server_version() override;
+  caf::expected<core::stored_state> read(const std::string& topic) override;
+  caf::expected<bool> create_meta(const core::identity& id) override;
+  caf::expected<void> write_checkpoint(const core::identity& id, int32_t partition,
+                                       int64_t expected, int64_t next_offset) override;
+
+private:
+  explicit redis_checkpoint_store(std::unique_ptr<connection> conn) : conn_(std::move(conn)) {}
+  std::unique_ptr<connection> conn_;
+};
+
+class redis_session_store final : public session_store {
+public:
+  static caf::expected<std::unique_ptr<redis_session_store>> open(const settings& cfg);
+
+  caf::expected<void> apply(const std::vector<session_update>& updates) override;
+  caf::expected<session_list> sessions(const std::string& user, size_t limit) override;
+
+private:
+  explicit redis_session_store(std::unique_ptr<connection> conn) : conn_(std::move(conn)) {}
+  std::unique_ptr<connection> conn_;
+  std::vector<std::string> scores_;  ///< reused decimal buffers
+  std::vector<std::string_view> argv_;
+};
+
+} // namespace qsp::redis

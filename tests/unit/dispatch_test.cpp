@@ -1,0 +1,238 @@
+#include "core/dispatch.hpp"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+namespace qsp::core {
+namespace {
+
+using namespace std::string_literals;
+
+std::string record(std::string_view conversation_id = R"("c-9")",
+                   std::string_view created_at = "1733140000123",
+                   std::string_view recipients = R"(["u1","u2"])") {
+  return "{\"conversation_id\":" + std::string(conversation_id) +
+         ",\"created_at\":" + std::string(created_at) +
+         ",\"recipients\":" + std::string(recipients) + "}";
+}
+
+struct accept_row {
+  std::string input;
+  dispatch expected;
+};
+
+TEST(JsonDecoder, AcceptTable) {
+  const accept_row rows[] = {
+      {R"({"conversation_id": "c-9", "created_at": 1733140000123, "recipients": ["u1","u2"]})",
+       {"c-9", 1733140000123, {"u1", "u2"}}},
+      {" \t\r\n{ \"recipients\" : [ ] , \"created_at\" : 0 , \"conversation_id\" : \"c\" } \n",
+       {"c", 0, {}}},
+      {record(R"("c")", "9007199254740992"), {"c", 9007199254740992, {"u1", "u2"}}},
+      {record(R"("c")", "-0"), {"c", 0, {"u1", "u2"}}},
+      {record(R"("c")", "5", R"(["u1","u1"])"), {"c", 5, {"u1", "u1"}}},
+      {R"({"extra":{"a":[1,-2.5e+3,1E-2,0.0,true,false,null,"s\"\u00e9"],"b":{}},)"
+       R"("conversation_id":"c","x":[[]],"created_at":1,"recipients":["u"],"conversation":5})",
+       {"c", 1, {"u"}}},
+      {record(R"("c\u002d9")"), {"c-9", 1733140000123, {"u1", "u2"}}},
+      {record(R"("\u00e9\u20ac\ud83d\ude00")"),
+       {"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", 1733140000123, {"u1", "u2"}}},
+      {record("\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\xf4\x8f\xbf\xbf\""),
+       {"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\xf4\x8f\xbf\xbf", 1733140000123, {"u1", "u2"}}},
+      {record(R"("\"\\\/\b\f\n\r\t")"), {"\"\\/\b\f\n\r\t", 1733140000123, {"u1", "u2"}}},
+      {record(R"("\u0000")"), {"\0"s, 1733140000123, {"u1", "u2"}}},
+      {record(R"("c")", "1", R"(["u\u00e9", "\ud800\udc00"])"),
+       {"c", 1, {"u\xc3\xa9", "\xf0\x90\x80\x80"}}},
+      {R"({"conversation\u005fid":"c","created\u005Fat":2,"recipient\u0073":[]})", {"c", 2, {}}},
+      {R"({"conversation_id":"c","created_at":2,"recipients":[],"deep":)" +
+           std::string(100, '[') + std::string(100, ']') + "}",
+       {"c", 2, {}}},
+  };
+  const json_decoder decoder;
+  for (const accept_row& row : rows) {
+    dispatch out;
+    std::string error;
+    EXPECT_TRUE(decoder.decode(row.input, out, error)) << row.input << "\n" << error;
+    EXPECT_EQ(out, row.expected) << row.input;
+  }
+}
+
+struct reject_row {
+  std::string input;
+  std::string error;  // the whole message, or its start when ending in "..."
+};
+
+TEST(JsonDecoder, RejectTable) {
+  const std::string bad_utf8 = "field conversation_id: invalid JSON at byte 20: invalid UTF-8";
+  const reject_row rows[] = {
+      // Not an object / not JSON.
+      {"", "invalid JSON at byte 0: expected a JSON object"},
+      {"   ", "invalid JSON at byte 3: expected a JSON object"},
+      {"[]", "record is not a JSON object"},
+      {"null", "record is not a JSON object"},
+      {"42", "record is not a JSON object"},
+      {R"("c")", "record is not a JSON object"},
+      {"{", "invalid JSON at byte 1: expected a field name"},
+      {"{\"conversation_id\"", "invalid JSON at byte 18: expected ':' after a field name"},
+      {"\xef\xbb\xbf" + record(), "invalid JSON at byte 0: expected a JSON object"},
+      {record() + " x", "invalid JSON at byte 78: unexpected bytes after the JSON object"},
+      {record() + record(), "invalid JSON at byte 77: unexpected bytes after the JSON object"},
+      {"{'conversation_id':'c'}", "invalid JSON at byte 1: expected a field name"},
+      {"{/**/}", "invalid JSON at byte 1: expected a field name"},
+      {R"({"a":1,})", "invalid JSON at byte 7: expected a field name"},
+      {std::string("{\0}", 3), "invalid JSON at byte 1: expected a field name"},
+      // Missing fields.
+      {R"({"created_at":1,"recipients":[]})", "field conversation_id: missing"},
+      {R"({"conversation_id":"c","recipients":[]})", "field created_at: missing"},
+      {R"({"conversation_id":"c","created_at":1})", "field recipients: missing"},
+      {"{}", "field conversation_id: missing"},
+      // conversation_id.
+      {record(R"("")"), "field conversation_id: must be a non-empty string"},
+      {record("5"), "field conversation_id: must be a non-empty string, got a number"},
+      {record("null"), "field conversation_id: must be a non-empty string, got null"},
+      {record("[\"c\"]"), "field conversation_id: must be a non-empty string, got an array"},
+      {record("{}"), "field conversation_id: must be a non-empty string, got an object"},
+      {record("x"), "field conversation_id: invalid JSON at byte 19: expected a value"},
+      // created_at.
+      {record(R"("c")", "1.0"), "field created_at: must be an integer without fraction or exponent"},
+      {record(R"("c")", "1e3"), "field created_at: must be an integer without fraction or exponent"},
+      {record(R"("c")", "1E3"), "field created_at: must be an integer without fraction or exponent"},
+      {record(R"("c")", "-1.5"), "field created_at: must be an integer without fraction or exponent"},
+      {record(R"("c")", "true"), "field created_at: must be an integer, got a boolean"},
+      {record(R"("c")", "\"1\""), "field created_at: must be an integer, got a string"},
+      {record(R"("c")", "null"), "field created_at: must be an integer, got null"},
+      {record(R"("c")", "-1"), "field created_at: must not be negative"},
+      {record(R"("c")", "9007199254740993"), "field created_at: must not exceed 2^53"},
+      {record(R"("c")", "18446744073709551616"), "field created_at: must not exceed 2^53"},
+      {record(R"("c")", "99999999999999999999999999"), "field created_at: must not exceed 2^53"},
+      {record(R"("c")", "01"), "field created_at: invalid JSON at byte 37: expected ',' or '}' in the record object"},
+      {record(R"("c")", "+1"), "field created_at: invalid JSON at byte 36: expected a value"},
+      {record(R"("c")", "-"), "field created_at: invalid JSON at byte 37: invalid number"},
+      {record(R"("c")", "1."), "field created_at: invalid JSON at byte 38: invalid number..."},
+      {record(R"("c")", "1e"), "field created_at: invalid JSON at byte 38: invalid number..."},
+      // recipients.
+      {record(R"("c")", "1", R"("u1")"), "field recipients: must be an array of strings, got a string"},
+      {record(R"("c")", "1", "null"), "field recipients: must be an array of strings, got null"},
+      {record(R"("c")", "1", R"([""])"), "field recipients[0]: must be a non-empty string"},
+      {record(R"("c")", "1", R"(["u1",2])"),
+       "field recipients[1]: must be a non-empty string, got a number"},
+      {record(R"("c")", "1", R"(["u1",["u2"]])"),
+       "field recipients[1]: must be a non-empty string, got an array"},
+      {record(R"("c")", "1", R"(["u1",])"), "field recipients[1]: invalid JSON at byte 57: expected a value"},
+      {record(R"("c")", "1", R"(["u1" "u2"])"),
+       "field recipients: invalid JSON at byte 57: expected ',' or ']' in recipients"},
+      {record(R"("c")", "1", R"(["u1")"), "field recipients: invalid JSON at byte 56: expected ',' or ']' in recipients"},
+      // Duplicates.
+      {R"({"conversation_id":"a","conversation_id":"b","created_at":1,"recipients":[]})",
+       "field conversation_id: duplicate field"},
+      {R"({"conversation_id":"a","created_at":1,"recipients":[],"created\u005fat":1})",
+       "field created_at: duplicate field"},
+      // Invalid UTF-8 and escapes.
+      {record("\"\xff\""), bad_utf8},
+      {record("\"\xc0\xaf\""), bad_utf8},            // overlong '/'
+      {record("\"\xe0\x80\xaf\""), bad_utf8},        // overlong '/'
+      {record("\"\xed\xa0\x80\""), bad_utf8},        // UTF-8 encoded surrogate
+      {record("\"\xf4\x90\x80\x80\""), bad_utf8},    // above U+10FFFF
+      {record("\"\xe2\x82\""), bad_utf8},            // truncated
+      {record("\"\x80\""), bad_utf8},                // lone continuation byte
+      {record("\"\xf8\x88\x80\x80\x80\""), bad_utf8},  // 5-byte form
+      {R"({"x":")" "\xff" R"(",)" + record().substr(1), "invalid JSON at byte 6: invalid UTF-8"},
+      {"{\"\xff\":1}", "invalid JSON at byte 2: invalid UTF-8"},
+      {record(R"("\ud800")"), "field conversation_id: invalid JSON at byte 26: unpaired high surrogate escape"},
+      {record(R"("\ud800\u0041")"),
+       "field conversation_id: invalid JSON at byte 32: unpaired high surrogate escape"},
+      {record(R"("\udc00")"), "field conversation_id: invalid JSON at byte 26: unpaired low surrogate escape"},
+      {record(R"("\x")"), "field conversation_id: invalid JSON at byte 21: invalid escape"},
+      {record(R"("\u12G4")"), "field conversation_id: invalid JSON at byte 22: invalid \\u escape"},
+      {R"({"conversation_id":"\u12)", "field conversation_id: invalid JSON at byte 22: truncated \\u escape"},
+      {record("\"a\nb\""), "field conversation_id: invalid JSON at byte 21: unescaped control character in a string"},
+      {R"({"conversation_id":"abc)", "field conversation_id: invalid JSON at byte 23: unterminated string"},
+      // Unknown fields must still be valid JSON.
+      {R"({"x":tru})", "invalid JSON at byte 5: invalid literal"},
+      {R"({"x":[1,]})", "invalid JSON at byte 8: expected a value"},
+      {R"({"x":01})", "invalid JSON at byte 6: expected ',' or '}' in the record object"},
+      {R"({"x":.5})", "invalid JSON at byte 5: expected a value"},
+      {R"({"x":NaN})", "invalid JSON at byte 5: expected a value"},
+      {R"({"x":Infinity})", "invalid JSON at byte 5: expected a value"},
+      {R"({"x":{"a" 1}})", "invalid JSON at byte 10: expected ':' after a field name"},
+      {R"({"x":{"a":1 "b":2}})", "invalid JSON at byte 12: expected ',' or '}'"},
+      {R"({"x":{1:2}})", "invalid JSON at byte 6: expected a field name"},
+      {R"({"x":)" + std::string(200, '[') + std::string(200, ']') + "}",
+       "invalid JSON at byte 133: nesting deeper than 128 levels"},
+  };
+  const json_decoder decoder;
+  for (const reject_row& row : rows) {
+    dispatch out;
+    std::string error;
+    EXPECT_FALSE(decoder.decode(row.input, out, error)) << row.input;
+    const std::string_view expected = row.error;
+    constexpr std::string_view ellipsis = "...";
+    if (expected.size() > 3 && expected.substr(expected.size() - 3) == ellipsis) {
+      EXPECT_EQ(error.substr(0, expected.size() - 3), expected.substr(0, expected.size() - 3))
+          << row.input;
+    } else {
+      EXPECT_EQ(error, expected) << row.input;
+    }
+  }
+}
+
+TEST(JsonDecoder, MissingFieldIsNamedForEachField) {
+  for (const char* field : {"conversation_id", "created_at", "recipients"}) {
+    std::string input = record();
+    const size_t at = input.find(std::string("\"") + field + "\"");
+    input.replace(at + 1, 1, "_");  // rename the key into an unknown field
+    dispatch out;
+    std::string error;
+    EXPECT_FALSE(json_decoder().decode(input, out, error));
+    EXPECT_EQ(error, std::string("field ") + field + ": missing");
+  }
+}
+
+TEST(JsonDecoder, ReusesTheOutputAcrossRecords) {
+  const json_decoder decoder;
+  dispatch out;
+  std::string error;
+  ASSERT_TRUE(decoder.decode(record(R"("first-conversation")", "1", R"(["a","b","c"])"), out, error));
+  EXPECT_EQ(out, (dispatch{"first-conversation", 1, {"a", "b", "c"}}));
+  ASSERT_TRUE(decoder.decode(record(R"("c2")", "2", R"(["z"])"), out, error));
+  EXPECT_EQ(out, (dispatch{"c2", 2, {"z"}}));
+  ASSERT_TRUE(decoder.decode(record(R"("c3")", "3", "[]"), out, error));
+  EXPECT_EQ(out, (dispatch{"c3", 3, {}}));
+}
+
+TEST(EncodeJson, CanonicalOutput) {
+  EXPECT_EQ(encode_json(dispatch{"c-9", 1733140000123, {"u1", "u2"}}),
+            R"({"conversation_id":"c-9","created_at":1733140000123,"recipients":["u1","u2"]})");
+  EXPECT_EQ(encode_json(dispatch{"a\"\\\n\x01\x7f\xc3\xa9", 0, {}}),
+            "{\"conversation_id\":\"a\\\"\\\\\\n\\u0001\x7f\xc3\xa9\",\"created_at\":0,"
+            "\"recipients\":[]}");
+}
+
+TEST(EncodeJson, RandomDispatchesRoundTrip) {
+  // Alphabet with escapes, controls and multi-byte characters.
+  const std::vector<std::string> pieces = {"a", "Z", "0", "\"", "\\", "/", "\n", "\t", "\x01",
+                                           std::string(1, '\0'), "\x7f", "\xc3\xa9",
+                                           "\xe2\x82\xac", "\xf0\x9f\x98\x80", " "};
+  std::mt19937_64 rng(3);
+  auto random_string = [&] {
+    std::string s;
+    const size_t n = 1 + rng() % 12;
+    for (size_t i = 0; i < n; ++i) s += pieces[rng() % pieces.size()];
+    return s;
+  };
+  const json_decoder decoder;
+  dispatch decoded;
+  std::string error;
+  for (int i = 0; i < 2000; ++i) {
+    dispatch d{random_string(), static_cast<int64_t>(rng() % (max_created_at + 1)), {}};
+    if (i % 7 == 0) d.created_at = max_created_at;
+    const size_t recipients = rng() % 5;
+    for (size_t r = 0; r < recipients; ++r) d.recipients.push_back(random_string());
+    const std::string json = encode_json(d);
+    ASSERT_TRUE(decoder.decode(json, decoded, error)) << json << "\n" << error;
+    ASSERT_EQ(decoded, d) << json;
+  }
+}
+
+}  // namespace
+}  // namespace qsp::core
