@@ -226,4 +226,26 @@ caf::expected<void> admin::delete_topic(const std::string& topic) {
   return caf::unit;
 }
 
+caf::expected<void> admin::delete_records(const std::string& topic, int32_t partition,
+                                          int64_t before) {
+  char err[512];
+  auto* list = rd_kafka_topic_partition_list_new(1);
+  rd_kafka_topic_partition_list_add(list, topic.c_str(), partition)->offset = before;
+  auto* dr = rd_kafka_DeleteRecords_new(list);
+  rd_kafka_topic_partition_list_destroy(list);
+  queue_ptr q{rd_kafka_queue_new(rk_.get())};
+  auto opts = make_options(rk_.get(), RD_KAFKA_ADMIN_OP_DELETERECORDS, timeout_ms_);
+  rd_kafka_AdminOptions_set_operation_timeout(opts.get(), timeout_ms_, err, sizeof(err));
+  rd_kafka_DeleteRecords(rk_.get(), &dr, 1, opts.get(), q.get());
+  rd_kafka_DeleteRecords_destroy(dr);
+  auto ev = await(q.get(), timeout_ms_, "delete records of " + topic);
+  if (!ev)
+    return ev.error();
+  auto* offs = rd_kafka_DeleteRecords_result_offsets(rd_kafka_event_DeleteRecords_result(ev->get()));
+  for (int i = 0; offs != nullptr && i < offs->cnt; ++i)
+    if (offs->elems[i].err)
+      return kafka_error(offs->elems[i].err, "delete records of " + topic);
+  return caf::unit;
+}
+
 } // namespace qsp::kafka

@@ -21,6 +21,8 @@ public:
   caf::expected<void> create_topic(const std::string& topic, int partitions,
                                    const std::vector<std::pair<std::string, std::string>>& configs = {});
   caf::expected<void> delete_topic(const std::string& topic);
+  /// Advances a partition's low watermark to `before` (as retention would).
+  caf::expected<void> delete_records(const std::string& topic, int32_t partition, int64_t before);
 
 private:
   admin(handle_ptr rk, int timeout_ms);

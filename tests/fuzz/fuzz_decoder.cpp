@@ -33,6 +33,10 @@ struct reference {
 
 reference parse_reference(std::string_view input) {
   reference ref;
+  // nlohmann stops at a raw NUL byte as if the input ended there. A raw NUL
+  // is never valid JSON (not whitespace, and unescaped in strings), so such
+  // inputs are invalid as a whole.
+  if (input.find('\0') != std::string_view::npos) return ref;
   int counts[3] = {0, 0, 0};
   auto count_keys = [&counts](int depth, json::parse_event_t event, json& parsed) {
     if (event == json::parse_event_t::key && depth == 1) {

@@ -81,6 +81,8 @@ TEST(JsonDecoder, RejectTable) {
       {"{/**/}", "invalid JSON at byte 1: expected a field name"},
       {R"({"a":1,})", "invalid JSON at byte 7: expected a field name"},
       {std::string("{\0}", 3), "invalid JSON at byte 1: expected a field name"},
+      {record() + std::string(2, '\0'),
+       "invalid JSON at byte 77: unexpected bytes after the JSON object"},
       // Missing fields.
       {R"({"created_at":1,"recipients":[]})", "field conversation_id: missing"},
       {R"({"conversation_id":"c","recipients":[]})", "field created_at: missing"},

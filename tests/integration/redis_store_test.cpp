@@ -1,0 +1,119 @@
+// The Redis adapters against a real redis-server: pipelined ZADD GT, the
+// atomic read, meta creation and the guarded checkpoint write.
+#include <gtest/gtest.h>
+
+#include "messages/types.hpp"
+#include "redis/stores.hpp"
+#include "tests/support/integration.hpp"
+
+using namespace qsp;
+
+namespace {
+
+core::identity ident(const std::string& topic) {
+  return core::identity{topic, 2, "cluster-A", "AAAAAAAAAAAAAAAAAAAAAQ"};
+}
+
+} // namespace
+
+TEST(RedisSessionStore, PipelinedZaddGtKeepsTheLargerScore) {
+  auto prefix = test::unique_name("convs") + ":";
+  auto store = redis::redis_session_store::open(test::redis_settings("ns", prefix));
+  ASSERT_TRUE(store) << describe(store.error());
+  ASSERT_TRUE((*store)->apply({{"u1", {{"c1", 100}, {"c2", 50}}}, {"u2", {{"c1", 7}}}}));
+  ASSERT_TRUE((*store)->apply({{"u1", {{"c1", 90}, {"c2", 60}}}}));
+  auto c = test::redis_conn();
+  EXPECT_EQ(test::zset(*c, prefix + "u1"), (std::map<std::string, int64_t>{{"c1", 100}, {"c2", 60}}));
+  EXPECT_EQ(test::zset(*c, prefix + "u2"), (std::map<std::string, int64_t>{{"c1", 7}}));
+  auto list = (*store)->sessions("u1", 10);
+  ASSERT_TRUE(list);
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_EQ((*list)[0].conversation_id, "c1"); // newest first
+  EXPECT_EQ((*list)[0].last_active, 100);
+}
+
+TEST(RedisSessionStore, AnErrorReplyFailsTheWholeCall) {
+  auto prefix = test::unique_name("convs") + ":";
+  auto c = test::redis_conn();
+  // A string where a sorted set should be: WRONGTYPE for that user only.
+  test::redis_cmd(*c, {"SET", prefix + "bad", "x"});
+  auto store = redis::redis_session_store::open(test::redis_settings("ns", prefix));
+  auto r = (*store)->apply({{"ok1", {{"c", 1}}}, {"bad", {{"c", 1}}}, {"ok2", {{"c", 1}}}});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), static_cast<uint8_t>(ec::redis_reply));
+  // The connection stays usable: every reply was read.
+  EXPECT_TRUE((*store)->apply({{"ok3", {{"c", 2}}}}));
+  EXPECT_EQ(test::zset(*c, prefix + "ok3").at("c"), 2);
+}
+
+TEST(RedisCheckpointStore, GuardedWriteRejectsASecondWriterAndForeignEdits) {
+  auto ns = test::unique_name("ns");
+  auto topic = test::unique_name("t");
+  auto id = ident(topic);
+  auto a = redis::redis_checkpoint_store::open(test::redis_settings(ns, "convs:"));
+  auto b = redis::redis_checkpoint_store::open(test::redis_settings(ns, "convs:"));
+  ASSERT_TRUE(a && b);
+  ASSERT_EQ((*a)->create_meta(id), true);
+  ASSERT_EQ((*b)->create_meta(id), false); // meta exists: not rewritten
+
+  // Bootstrap write (absent -> 10), then a second writer that also believes
+  // the key is absent must fail.
+  ASSERT_TRUE((*a)->write_checkpoint(id, 0, -1, 10));
+  auto second = (*b)->write_checkpoint(id, 0, -1, 20);
+  ASSERT_FALSE(second);
+  EXPECT_EQ(second.error().code(), static_cast<uint8_t>(ec::checkpoint_conflict));
+  EXPECT_NE(describe(second.error()).find("next_offset"), std::string::npos);
+
+  // A checkpoint edited behind the writer's back (e.g. restored snapshot).
+  auto c = test::redis_conn();
+  test::redis_cmd(*c, {"HSET", redis::checkpoint_key(ns, topic, 0), "next_offset", "5"});
+  auto stale = (*a)->write_checkpoint(id, 0, 10, 30);
+  ASSERT_FALSE(stale);
+  EXPECT_EQ(stale.error().code(), static_cast<uint8_t>(ec::checkpoint_conflict));
+  EXPECT_EQ(test::redis_cmd(*c, {"HGET", redis::checkpoint_key(ns, topic, 0), "next_offset"}), "5");
+
+  // A writer with a different identity (recreated topic) cannot write at all.
+  auto other = id;
+  other.topic_id = "AAAAAAAAAAAAAAAAAAAAAg";
+  auto foreign = (*a)->write_checkpoint(other, 1, -1, 1);
+  ASSERT_FALSE(foreign);
+  EXPECT_NE(describe(foreign.error()).find("topic_id"), std::string::npos);
+
+  // The right expectation succeeds and the read sees it.
+  ASSERT_TRUE((*a)->write_checkpoint(id, 0, 5, 6));
+  auto st = (*a)->read(topic);
+  ASSERT_TRUE(st);
+  ASSERT_TRUE(st->meta.has_value());
+  ASSERT_EQ(st->checkpoints.size(), 1u);
+  EXPECT_EQ(st->checkpoints.at("0"), core::encode_checkpoint(id, 0, 6));
+}
+
+TEST(RedisCheckpointStore, ReadFindsStrayKeysAndCreateMetaRefusesOrphans) {
+  auto ns = test::unique_name("ns");
+  auto topic = test::unique_name("t");
+  auto c = test::redis_conn();
+  auto key = redis::checkpoint_prefix(ns, topic);
+  test::redis_cmd(*c, {"HSET", key + "7", "next_offset", "1"});
+  test::redis_cmd(*c, {"SET", key + "x", "not a hash"});
+  auto s = redis::redis_checkpoint_store::open(test::redis_settings(ns, "convs:"));
+  auto st = (*s)->read(topic);
+  ASSERT_TRUE(st);
+  EXPECT_FALSE(st->meta.has_value());
+  EXPECT_EQ(st->checkpoints.size(), 2u);
+  EXPECT_TRUE(st->checkpoints.count("7"));
+  EXPECT_TRUE(st->checkpoints.count("x"));
+  auto created = (*s)->create_meta(ident(topic));
+  ASSERT_FALSE(created);
+  EXPECT_TRUE(is_refusal(created.error()));
+}
+
+TEST(RedisCheckpointStore, WrongPasswordIsAClearErrorWithoutThePassword) {
+  auto cfg = test::redis_settings("ns", "convs:");
+  cfg.username = "nobody";
+  cfg.password = "s3cret-Pa55";
+  auto s = redis::redis_checkpoint_store::open(cfg);
+  ASSERT_FALSE(s);
+  auto text = describe(s.error());
+  EXPECT_NE(text.find("AUTH failed for user 'nobody'"), std::string::npos) << text;
+  EXPECT_EQ(text.find("s3cret-Pa55"), std::string::npos) << text;
+}

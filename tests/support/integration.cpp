@@ -1,0 +1,222 @@
+#include "tests/support/integration.hpp"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "messages/types.hpp"
+
+extern char** environ;
+
+namespace qsp::test {
+
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream in{path};
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+[[noreturn]] void die(const std::string& msg) {
+  std::fprintf(stderr, "integration test setup: %s\n", msg.c_str());
+  std::abort();
+}
+
+} // namespace
+
+const services& env() {
+  static const services s = [] {
+    const char* path = std::getenv("QSP_SERVICES_ENV");
+    std::string file = path != nullptr ? path : QSP_SOURCE_DIR "/.services/env";
+    std::ifstream in{file};
+    if (!in)
+      die("cannot read " + file + ": start the services with scripts/services start");
+    services r;
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("export ", 0) == 0)
+        line = line.substr(7);
+      auto eq = line.find('=');
+      if (eq == std::string::npos)
+        continue;
+      auto k = line.substr(0, eq), v = line.substr(eq + 1);
+      if (k == "REDIS_HOST")
+        r.redis_host = v;
+      else if (k == "REDIS_PORT")
+        r.redis_port = static_cast<uint16_t>(std::stoi(v));
+      else if (k == "KAFKA_BOOTSTRAP")
+        r.kafka_bootstrap = v;
+    }
+    if (r.redis_port == 0 || r.kafka_bootstrap.empty())
+      die(file + " lacks REDIS_PORT or KAFKA_BOOTSTRAP");
+    return r;
+  }();
+  return s;
+}
+
+std::string unique_name(const std::string& prefix) {
+  static std::atomic<int> n{0};
+  return prefix + "-" + std::to_string(::getpid()) + "-" + std::to_string(n++);
+}
+
+kafka::client_settings kafka_client() {
+  kafka::client_settings c;
+  c.bootstrap_servers = env().kafka_bootstrap;
+  c.client_id = "qsp-test";
+  return c;
+}
+
+redis::settings redis_settings(const std::string& ns, const std::string& convs_prefix) {
+  redis::settings r;
+  r.host = env().redis_host;
+  r.port = env().redis_port;
+  r.ns = ns;
+  r.convs_prefix = convs_prefix;
+  return r;
+}
+
+std::unique_ptr<redis::connection> redis_conn() {
+  auto c = redis::connection::open(redis_settings("unused", "unused"));
+  if (!c)
+    die("redis: " + describe(c.error()));
+  return std::move(*c);
+}
+
+std::string redis_cmd(redis::connection& c, const std::vector<std::string>& argv) {
+  auto r = c.command(argv);
+  if (!r)
+    return "ERR:" + describe(r.error());
+  auto* rep = r->get();
+  if (rep->type == REDIS_REPLY_INTEGER)
+    return std::to_string(rep->integer);
+  if (rep->str != nullptr)
+    return std::string{rep->str, rep->len};
+  return {};
+}
+
+std::map<std::string, int64_t> zset(redis::connection& c, const std::string& key) {
+  std::map<std::string, int64_t> out;
+  auto r = c.command({"ZRANGE", key, "0", "-1", "WITHSCORES"});
+  if (!r)
+    return out;
+  auto* rep = r->get();
+  for (size_t i = 0; i + 1 < rep->elements; i += 2)
+    out[std::string{rep->element[i]->str, rep->element[i]->len}]
+      = std::stoll(std::string{rep->element[i + 1]->str, rep->element[i + 1]->len});
+  return out;
+}
+
+int spawn_cli(const std::vector<std::string>& args, const std::string& log_path) {
+  std::vector<std::string> full{QSP_BIN_DIR "/qsession-projection"};
+  full.insert(full.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : full)
+    argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, (log_path + ".out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = -1;
+  if (posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ) != 0)
+    die(std::string{"cannot start "} + argv[0]);
+  posix_spawn_file_actions_destroy(&fa);
+  return pid;
+}
+
+int wait_cli(int pid) {
+  int status = 0;
+  if (waitpid(pid, &status, 0) < 0)
+    return -1;
+  if (WIFEXITED(status))
+    return WEXITSTATUS(status);
+  return 128 + WTERMSIG(status);
+}
+
+cli_result run_cli(const std::vector<std::string>& args) {
+  auto log = "/tmp/" + unique_name("qsp-cli");
+  cli_result r;
+  r.rc = wait_cli(spawn_cli(args, log));
+  r.err = read_file(log);
+  r.out = read_file(log + ".out");
+  std::remove(log.c_str());
+  std::remove((log + ".out").c_str());
+  return r;
+}
+
+std::vector<std::string> node_args(const std::string& topic, int partitions, const std::string& ns,
+                                   const std::string& convs_prefix) {
+  return {"--projection.dispatch-topic=" + topic,
+          "--projection.partition-count=" + std::to_string(partitions),
+          "--projection.namespace=" + ns,
+          "--projection.convs-prefix=" + convs_prefix,
+          "--kafka.bootstrap-servers=" + env().kafka_bootstrap,
+          "--redis.host=" + env().redis_host,
+          "--redis.port=" + std::to_string(env().redis_port),
+          "--http.listen=\"\""};
+}
+
+void apply(model& m, const core::dispatch& d) {
+  for (auto& u : d.recipients) {
+    auto& s = m[u][d.conversation_id];
+    s = std::max(s, d.created_at);
+  }
+}
+
+std::vector<std::string> diff_with_redis(const model& m, const std::string& convs_prefix) {
+  std::vector<std::string> out;
+  auto c = redis_conn();
+  for (auto& [user, convs] : m) {
+    auto got = zset(*c, convs_prefix + user);
+    if (got.size() != convs.size())
+      out.push_back(user + ": " + std::to_string(got.size()) + " members, expected "
+                    + std::to_string(convs.size()));
+    for (auto& [conv, score] : convs) {
+      auto i = got.find(conv);
+      if (i == got.end())
+        out.push_back(user + ": missing " + conv);
+      else if (i->second != score)
+        out.push_back(user + ": " + conv + " has " + std::to_string(i->second) + ", expected "
+                      + std::to_string(score));
+    }
+  }
+  return out;
+}
+
+core::dispatch make_dispatch(uint64_t i, int users) {
+  core::dispatch d;
+  d.conversation_id = "c-" + std::to_string(i % 97);
+  d.created_at = 1733140000000 + static_cast<int64_t>(i);
+  for (uint64_t r = 0; r < 1 + i % 3; ++r)
+    d.recipients.push_back("u" + std::to_string((i * 7 + r * 13) % static_cast<uint64_t>(users)));
+  return d;
+}
+
+void create_topic(const std::string& topic, int partitions) {
+  auto admin = kafka::admin::make(kafka_client());
+  if (!admin)
+    die(describe(admin.error()));
+  if (auto ok = (*admin)->create_topic(topic, partitions); !ok)
+    die(describe(ok.error()));
+  // Wait (bounded) until the topic's metadata is visible with every partition.
+  for (int i = 0; i < 100; ++i) {
+    auto id = (*admin)->identity(topic);
+    if (id && id->partition_count == partitions && !id->topic_id.empty())
+      return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  die("topic " + topic + " did not appear");
+}
+
+} // namespace qsp::test
