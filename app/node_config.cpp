@@ -38,7 +38,7 @@ node_config::node_config() {
     .add(redis_tls_server_name, "tls-server-name", "SNI / verified server name")
     .add(redis_timeout_ms, "timeout-ms", "command timeout in ms (default: 10000)");
   opt_group{custom_options_, "http"}
-    .add(http_listen, "listen", "health/metrics/sessions endpoint host:port, empty disables (default: 127.0.0.1:9464)");
+    .add(http_listen, "listen", "health/metrics/sessions endpoint host:port, empty or "off" disables (default: 127.0.0.1:9464)");
   opt_group{custom_options_, "log"}
     .add(log_level, "level", "trace|debug|info|warn|error (default: info)");
 }
@@ -106,7 +106,7 @@ caf::expected<node_settings> to_settings(const node_config& cfg) {
   r.ns = p.ns;
   r.convs_prefix = p.convs_prefix;
 
-  if (!cfg.http_listen.empty()) {
+  if (!cfg.http_listen.empty() && cfg.http_listen != "off") {
     auto colon = cfg.http_listen.rfind(':');
     if (colon == std::string::npos)
       return bad("http.listen", "host:port, got \"" + cfg.http_listen + "\"");
