@@ -96,9 +96,7 @@ int cmd_verify(const app::node_settings& s) {
   for (auto& pp : r->plan.partitions) {
     auto cp = pp.checkpoint ? std::to_string(*pp.checkpoint) : std::string{"-"};
     auto st = pp.start && !bad.count(pp.partition) ? std::to_string(*pp.start) : std::string{"-"};
-    std::string verdict = bad.count(pp.partition) || !r->ok() && pp.v != core::verdict::refuse
-                            ? (bad.count(pp.partition) ? "refuse" : core::to_string(pp.v))
-                            : core::to_string(pp.v);
+    std::string verdict = bad.count(pp.partition) ? "refuse" : core::to_string(pp.v);
     std::printf("%-9d %12lld %12lld %12s %12s  %s\n", pp.partition, static_cast<long long>(pp.low),
                 static_cast<long long>(pp.high), cp.c_str(), st.c_str(), verdict.c_str());
   }

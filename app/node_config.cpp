@@ -38,7 +38,7 @@ node_config::node_config() {
     .add(redis_tls_server_name, "tls-server-name", "SNI / verified server name")
     .add(redis_timeout_ms, "timeout-ms", "command timeout in ms (default: 10000)");
   opt_group{custom_options_, "http"}
-    .add(http_listen, "listen", "health/metrics/sessions endpoint host:port, empty or "off" disables (default: 127.0.0.1:9464)");
+    .add(http_listen, "listen", "health/metrics/sessions endpoint host:port, empty or off disables (default: 127.0.0.1:9464)");
   opt_group{custom_options_, "log"}
     .add(log_level, "level", "trace|debug|info|warn|error (default: info)");
 }
