@@ -271,6 +271,11 @@ int main(int argc, char** argv) {
     std::string a = argv[i];
     if (a == "--json" && cmd == "inspect")
       json = true;
+    else if (a == "--dump-config" || a == "--long-help") {
+      // CAF would print every value, secrets included.
+      std::cerr << "error: " << a << " is not supported (it would print secrets); use --help\n";
+      return exit_usage;
+    }
     else if (a == "--help" || a == "-h") {
       std::cout << usage << cfg.help();
       return exit_ok;

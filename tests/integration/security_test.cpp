@@ -1,0 +1,231 @@
+// Secure connections against private Redis servers this test starts itself:
+// the least-privilege ACL user from config/redis-acl.conf, TLS with
+// certificates made by openssl, a wrong password, and no secret in logs,
+// --help, inspect or /metrics.
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include "kafka/admin.hpp"
+#include "kafka/producer.hpp"
+#include "messages/types.hpp"
+#include "tests/support/integration.hpp"
+
+using namespace qsp;
+using namespace std::chrono_literals;
+
+namespace {
+
+uint16_t free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in{path};
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+int sh(const std::string& cmd) {
+  int st = std::system(cmd.c_str());
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/// A private redis-server on a free loopback port, stopped by PID.
+struct private_redis {
+  std::string dir;
+  uint16_t port = 0;
+  pid_t pid = -1;
+
+  private_redis(const std::string& name, std::vector<std::string> extra, bool tls_port) {
+    dir = "/tmp/" + test::unique_name(name);
+    sh("mkdir -p " + dir);
+    port = free_port();
+    std::vector<std::string> args{"redis-server", "--bind", "127.0.0.1", "--save", "",
+                                  "--appendonly", "no", "--dir", dir,
+                                  "--logfile", dir + "/redis.log"};
+    if (tls_port) {
+      args.insert(args.end(), {"--port", "0", "--tls-port", std::to_string(port)});
+    } else {
+      args.insert(args.end(), {"--port", std::to_string(port)});
+    }
+    args.insert(args.end(), extra.begin(), extra.end());
+    pid = ::fork();
+    if (pid == 0) {
+      std::vector<char*> argv;
+      for (auto& a : args)
+        argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      ::execvp("redis-server", argv.data());
+      ::_exit(127);
+    }
+  }
+
+  ~private_redis() {
+    if (pid > 0) {
+      ::kill(pid, SIGTERM);
+      ::waitpid(pid, nullptr, 0);
+    }
+    sh("rm -rf " + dir);
+  }
+
+  /// Waits (bounded) until `cli_args` + PING answers PONG.
+  bool wait_ready(const std::string& cli_args) {
+    for (int i = 0; i < 100; ++i) {
+      if (sh("redis-cli -h 127.0.0.1 -p " + std::to_string(port) + " " + cli_args
+             + " PING 2>/dev/null | grep -q PONG")
+          == 0)
+        return true;
+      std::this_thread::sleep_for(50ms);
+    }
+    return false;
+  }
+};
+
+struct secured : ::testing::Test {
+  std::string topic = test::unique_name("sec");
+  std::string ns = "session_projection"; // the ACL's key patterns
+  std::string convs = "convs:";
+  void SetUp() override {
+    test::create_topic(topic, 1);
+    auto p = kafka::producer::make(test::kafka_client());
+    for (uint64_t i = 0; i < 50; ++i)
+      ASSERT_TRUE(p->send(topic, 0, core::encode_json(test::make_dispatch(i))));
+    ASSERT_TRUE(p->flush());
+  }
+  void TearDown() override {
+    auto admin = kafka::admin::make(test::kafka_client());
+    (*admin)->delete_topic(topic);
+  }
+  std::vector<std::string> args(const std::string& cmd, uint16_t port,
+                                std::vector<std::string> extra) {
+    auto a = test::node_args(topic, 1, ns, convs);
+    a.insert(a.begin(), cmd);
+    a.push_back("--redis.port=" + std::to_string(port));
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  }
+};
+
+const std::string password = "Pw-7f3a9c1e-never-shown";
+
+} // namespace
+
+TEST_F(secured, LeastPrivilegeAclUserProjectsAndSecretsNeverShow) {
+  // The ACL from config/, with the placeholder replaced; default user has an
+  // admin password for the test's own checks.
+  auto dir = "/tmp/" + test::unique_name("acl");
+  sh("mkdir -p " + dir);
+  std::ifstream in{QSP_SOURCE_DIR "/config/redis-acl.conf"};
+  std::ofstream out{dir + "/users.acl"};
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("user ", 0) != 0)
+      continue;
+    out << std::regex_replace(line, std::regex{">CHANGE-ME"}, ">" + password) << '\n';
+  }
+  out << "user default on >admin-pw ~* &* +@all\n";
+  out.close();
+  private_redis redis{"acl-redis", {"--aclfile", dir + "/users.acl"}, false};
+  ASSERT_TRUE(redis.wait_ready("--user default --pass admin-pw --no-auth-warning"));
+  auto port = redis.port;
+  auto http_port = free_port();
+  std::vector<std::string> creds{"--redis.username=qsession-projection",
+                                 "--redis.password=" + password, "--log.level=debug"};
+
+  auto logf = dir + "/node.log";
+  auto run = args("run", port, creds);
+  run.push_back("--http.listen=127.0.0.1:" + std::to_string(http_port));
+  auto pid = test::spawn_cli(run, logf);
+  httplib::Client http{"127.0.0.1", http_port};
+  bool ready = false;
+  for (int i = 0; i < 600 && !ready; ++i) {
+    auto r = http.Get("/readyz");
+    ready = r && r->status == 200;
+    if (!ready)
+      std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_TRUE(ready) << slurp(logf);
+  auto metrics = http.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  auto sessions = http.Get("/v1/users/u1/sessions");
+  ASSERT_TRUE(sessions);
+  EXPECT_EQ(sessions->status, 200) << sessions->body;
+  ::kill(pid, SIGTERM);
+  EXPECT_EQ(test::wait_cli(pid), 0) << slurp(logf);
+  EXPECT_EQ(sh("redis-cli -p " + std::to_string(port)
+               + " --user default --pass admin-pw --no-auth-warning HGET "
+                 "session_projection:checkpoint:" + topic + ":0 next_offset | grep -qx 50"),
+            0);
+
+  auto inspect = test::run_cli(args("inspect", port, creds));
+  EXPECT_EQ(inspect.rc, 0) << inspect.err;
+  auto help = test::run_cli({"--help", "--redis.password=" + password});
+  EXPECT_EQ(help.rc, 0);
+  auto dump = test::run_cli(args("verify", port, {"--dump-config", "--redis.password=" + password}));
+  EXPECT_EQ(dump.rc, 2);
+  for (auto* text : {&metrics->body, &inspect.out, &inspect.err, &help.out, &help.err,
+                     &dump.out, &dump.err}) {
+    EXPECT_EQ(text->find(password), std::string::npos) << *text;
+  }
+  EXPECT_EQ(slurp(logf).find(password), std::string::npos);
+  EXPECT_EQ(slurp(logf + ".out").find(password), std::string::npos);
+
+  // A wrong password: a clear error naming the user, exit 4, no crash.
+  auto wrong = test::run_cli(args("verify", port, {"--redis.username=qsession-projection",
+                                                   "--redis.password=wrong-" + password}));
+  EXPECT_EQ(wrong.rc, 4) << wrong.err;
+  EXPECT_NE(wrong.err.find("AUTH failed for user 'qsession-projection'"), std::string::npos)
+    << wrong.err;
+  EXPECT_EQ(wrong.err.find(password), std::string::npos);
+  sh("rm -rf " + dir);
+}
+
+TEST_F(secured, RedisOverTlsWithGeneratedCertificates) {
+  auto dir = "/tmp/" + test::unique_name("tls");
+  ASSERT_EQ(sh("mkdir -p " + dir + " && cd " + dir
+               + " && openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=qsp-test-ca"
+                 " -keyout ca.key -out ca.crt >/dev/null 2>&1"
+                 " && openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1"
+                 " -keyout server.key -out server.csr >/dev/null 2>&1"
+                 " && printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > san.ext"
+                 " && openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial"
+                 " -days 1 -extfile san.ext -out server.crt >/dev/null 2>&1"),
+            0);
+  private_redis redis{"tls-redis",
+                      {"--tls-cert-file", dir + "/server.crt", "--tls-key-file", dir + "/server.key",
+                       "--tls-ca-cert-file", dir + "/ca.crt", "--tls-auth-clients", "no"},
+                      true};
+  ASSERT_TRUE(redis.wait_ready("--tls --cacert " + dir + "/ca.crt"));
+  std::vector<std::string> tls{"--redis.tls", "--redis.tls-ca-file=" + dir + "/ca.crt",
+                               "--redis.tls-server-name=localhost"};
+  auto r = test::run_cli(args("catch-up", redis.port, tls));
+  EXPECT_EQ(r.rc, 0) << r.err;
+  auto v = test::run_cli(args("verify", redis.port, tls));
+  EXPECT_EQ(v.rc, 0) << v.err;
+  EXPECT_NE(v.out.find("caught_up"), std::string::npos) << v.out;
+  // Plain TCP against the TLS port fails cleanly.
+  auto plain = test::run_cli(args("verify", redis.port, {"--redis.timeout-ms=2000"}));
+  EXPECT_EQ(plain.rc, 4) << plain.err;
+  sh("rm -rf " + dir);
+}

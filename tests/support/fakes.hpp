@@ -1,0 +1,310 @@
+// In-memory fakes of the ports (ports/ports.hpp) with fault injection, for the
+// actor tests.  Every fake created by one fake_port_factory shares one
+// fake_world (held by shared_ptr), so a test can inspect and modify the
+// "outside world" — the Kafka log, the Redis hashes and sorted sets — while
+// the projection runs, and arm faults for the next call(s) of a port.
+//
+// Fidelity notes:
+// - The broker keeps one log per partition; entry i has offset i.  Entries
+//   below `low` are deleted (retention).  Data records of an open transaction
+//   pin the last stable offset (LSO, the read_committed `high`) at the first
+//   offset of the oldest open transaction; `true_high` is the end of the log.
+// - The checkpoint store implements the guarded write exactly like the Lua
+//   script in redis/stores.cpp (meta identity, checkpoint identity and
+//   partition, stored next_offset == expected or absent for expected < 0).
+// - The session store applies ZADD GT per member; sessions() orders like
+//   ZREVRANGE (score descending, then member descending).
+// - A partition reader delivers committed data records only (markers and
+//   aborted records are skipped), at most `max` per poll, never past the LSO,
+//   and reports partition EOF (`passed` = LSO) once per position reached, in a
+//   poll that still had room (librdkafka puts the EOF event in the batch).
+//
+// The fakes never block.  Every port call locks `fake_world::mtx`; a test that
+// runs the actors on other threads must lock it too before touching the world.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/checkpoint.hpp"
+#include "core/dispatch.hpp"
+#include "messages/types.hpp"
+#include "ports/ports.hpp"
+
+namespace qsp::test {
+
+/// Fails calls on demand: after `skip` more successful calls, the next `count`
+/// calls fail (count < 0: every call from then on).
+struct fault {
+  int64_t skip = 0;
+  int64_t count = 0;
+  ec code = ec::unspecified; ///< unspecified: the port's natural transient code
+
+  /// Fail `n` calls (n < 0: all) after `after` more successful ones.
+  void arm(int64_t n = 1, int64_t after = 0) {
+    count = n;
+    skip = after;
+  }
+  void disarm() {
+    count = 0;
+    skip = 0;
+  }
+  bool armed() const { return count != 0; }
+  /// Consumes one call; true if this call must fail.
+  bool fire();
+};
+
+enum class entry_kind : uint8_t { data, marker, aborted };
+
+std::string to_string(entry_kind k);
+
+struct log_entry {
+  int64_t offset = 0;
+  std::string value;
+  entry_kind kind = entry_kind::data;
+  int64_t txn = 0;  ///< transaction id, 0: not transactional
+};
+
+struct fake_partition {
+  int64_t low = 0;                 ///< entries below are deleted
+  std::vector<log_entry> log;      ///< log[i].offset == i
+  std::map<int64_t, int64_t> open; ///< open transaction id -> its first offset
+
+  int64_t end() const { return static_cast<int64_t>(log.size()); }
+  /// The last stable offset: the first offset of the oldest open transaction,
+  /// or the end of the log.
+  int64_t lso() const;
+};
+
+/// Call counters of every port operation (also failed calls).
+struct call_counts {
+  uint64_t make_inspector = 0;
+  uint64_t make_checkpoint_store = 0;
+  uint64_t make_session_store = 0;
+  uint64_t make_dispatch_log = 0;
+  uint64_t inspect = 0;
+  uint64_t identity = 0;
+  uint64_t server_version = 0;
+  uint64_t read = 0;
+  uint64_t create_meta = 0;
+  uint64_t write_checkpoint = 0;
+  uint64_t checkpoint_conflicts = 0;
+  uint64_t apply = 0;
+  uint64_t zadd_members = 0;  ///< members sent in successful (or partial) ZADDs
+  uint64_t sessions = 0;
+  uint64_t start = 0;
+  uint64_t reader = 0;
+  uint64_t poll = 0;
+};
+
+/// The state all fakes share.
+struct fake_world {
+  explicit fake_world(int32_t partition_count = 1);
+
+  mutable std::recursive_mutex mtx;
+  call_counts calls;
+
+  // -- broker (broker_inspector, dispatch_log) ---------------------------------
+
+  std::string topic = "dispatch";
+  std::string cluster_id = "fake-cluster-1";
+  std::string topic_id;  ///< a valid Kafka Uuid text (see default_topic_id)
+  int64_t retention_ms = -1;
+  std::vector<fake_partition> partitions;
+  /// What inspect() reports as partition count; -1: partitions.size().
+  int32_t reported_partition_count = -1;
+
+  fault inspect_fault;   ///< ec::kafka_unavailable
+  fault identity_fault;  ///< ec::kafka_unavailable
+  /// After this many inspect()/identity() calls (>= 0), the topic is replaced:
+  /// topic_id becomes `changed_topic_id` (and cluster_id `changed_cluster_id`
+  /// if not empty) for every later call.
+  int64_t change_identity_after = -1;
+  std::string changed_topic_id;
+  std::string changed_cluster_id;
+
+  fault start_fault;  ///< dispatch_log::start, ec::kafka_unavailable
+  fault poll_fault;   ///< partition_reader::poll, ec::kafka_read
+  int32_t poll_fault_partition = -1;  ///< -1: polls of any partition count
+
+  // -- Redis (checkpoint_store, session_store) ---------------------------------
+
+  std::string ns = "session_projection";
+  std::string server_version = "7.2.4";
+  /// Hash keys by full key name (`{ns}:meta`, `{ns}:checkpoint:{topic}:{p}`).
+  std::map<std::string, core::hash_fields> hashes;
+  /// String keys (a wrong type where a hash is expected).
+  std::map<std::string, std::string> strings;
+
+  fault version_fault;      ///< ec::redis_unavailable
+  fault read_fault;         ///< ec::redis_unavailable
+  fault create_meta_fault;  ///< ec::redis_unavailable
+  fault write_fault;        ///< ec::redis_unavailable, nothing written
+  /// The write is applied, then the reply is lost (ec::redis_unavailable).
+  fault write_lost_reply_fault;
+
+  /// Sorted sets by user: conversation -> score.
+  std::map<std::string, std::map<std::string, int64_t>> sessions;
+  fault apply_fault;  ///< the whole apply fails before writing (redis_unavailable)
+  /// apply writes the first `partial_apply_writes` updates, then fails.
+  fault partial_apply_fault;
+  size_t partial_apply_writes = 1;
+  fault sessions_fault;  ///< session_store::sessions
+
+  // -- factory -----------------------------------------------------------------
+
+  fault make_inspector_fault;         ///< ec::kafka_unavailable
+  fault make_checkpoint_store_fault;  ///< ec::redis_unavailable
+  fault make_session_store_fault;     ///< ec::redis_unavailable
+  fault make_dispatch_log_fault;      ///< ec::kafka_unavailable
+
+  // -- hooks (run under the lock, inside the port call) --------------------------
+
+  /// After a successful guarded write.
+  std::function<void(int32_t partition, int64_t next_offset)> on_checkpoint_written;
+  /// Before an apply (after the fault checks).
+  std::function<void(const std::vector<session_update>&)> on_apply;
+
+  // -- log helpers ---------------------------------------------------------------
+
+  /// A valid, non-zero Kafka topic id text; `n` varies it.
+  static std::string default_topic_id(uint64_t n = 1);
+
+  int32_t partition_count() const { return static_cast<int32_t>(partitions.size()); }
+  fake_partition& part(int32_t p);
+  const fake_partition& part(int32_t p) const;
+
+  /// Appends a JSON dispatch (core::encode_json); returns its offset.
+  int64_t append(int32_t p, const core::dispatch& d);
+  int64_t append(int32_t p, std::string conversation, int64_t created_at,
+                 std::vector<std::string> recipients);
+  /// Appends a raw record value (e.g. a poison record); returns its offset.
+  int64_t append_raw(int32_t p, std::string value);
+  /// Appends a transaction control record; returns its offset.
+  int64_t append_marker(int32_t p);
+  /// Opens a transaction on `p` (pins the LSO at the next offset); returns its id.
+  int64_t begin_txn(int32_t p);
+  int64_t append_txn(int32_t p, int64_t txn, const core::dispatch& d);
+  /// Ends the transaction with a commit / abort marker; returns the marker's offset.
+  /// Aborting turns the transaction's data records into aborted records.
+  int64_t commit_txn(int32_t p, int64_t txn);
+  int64_t abort_txn(int32_t p, int64_t txn);
+  /// Retention: deletes every entry below `low`.
+  void truncate(int32_t p, int64_t low);
+
+  core::watermarks marks(int32_t p) const;  ///< {low, LSO}
+  int64_t lso(int32_t p) const { return part(p).lso(); }
+  int64_t end(int32_t p) const { return part(p).end(); }
+  std::map<int32_t, int64_t> lsos() const;
+
+  // -- Redis helpers -------------------------------------------------------------
+
+  core::identity identity() const;  ///< the broker's current identity
+  std::string meta_key() const;
+  std::string checkpoint_prefix() const;
+  std::string checkpoint_key(int32_t p) const;
+  bool has_meta() const;
+  /// Stored next_offset of `p` (nullopt: key or field absent or not decimal).
+  std::optional<int64_t> checkpoint(int32_t p) const;
+  std::map<int32_t, int64_t> checkpoints() const;
+  /// Writes meta / a whole checkpoint hash as a run with identity `id` would.
+  void put_meta(const core::identity& id);
+  void put_checkpoint(const core::identity& id, int32_t p, int64_t next_offset);
+  /// Edits only the next_offset field (another writer, an operator).
+  void set_next_offset(int32_t p, int64_t next_offset);
+  /// The score of `conv` in `user`'s set, if any.
+  std::optional<int64_t> score(const std::string& user, const std::string& conv) const;
+
+private:
+  void maybe_change_identity();
+  friend class fake_broker_inspector;
+};
+
+// -- the fakes -------------------------------------------------------------------
+
+class fake_broker_inspector final : public broker_inspector {
+public:
+  explicit fake_broker_inspector(std::shared_ptr<fake_world> w) : w_(std::move(w)) {}
+  caf::expected<broker_state> inspect(const std::string& topic) override;
+  caf::expected<broker_state> identity(const std::string& topic) override;
+
+private:
+  std::shared_ptr<fake_world> w_;
+};
+
+class fake_checkpoint_store final : public checkpoint_store {
+public:
+  explicit fake_checkpoint_store(std::shared_ptr<fake_world> w) : w_(std::move(w)) {}
+  caf::expected<std::string> server_version() override;
+  caf::expected<core::stored_state> read(const std::string& topic) override;
+  caf::expected<bool> create_meta(const core::identity& id) override;
+  caf::expected<void> write_checkpoint(const core::identity& id, int32_t partition,
+                                       int64_t expected, int64_t next_offset) override;
+
+private:
+  std::shared_ptr<fake_world> w_;
+};
+
+class fake_session_store final : public session_store {
+public:
+  explicit fake_session_store(std::shared_ptr<fake_world> w) : w_(std::move(w)) {}
+  caf::expected<void> apply(const std::vector<session_update>& updates) override;
+  caf::expected<session_list> sessions(const std::string& user, size_t limit) override;
+
+private:
+  std::shared_ptr<fake_world> w_;
+};
+
+class fake_partition_reader final : public partition_reader {
+public:
+  fake_partition_reader(std::shared_ptr<fake_world> w, int32_t partition, int64_t start)
+    : w_(std::move(w)), partition_(partition), pos_(start) {}
+  caf::expected<void> poll(size_t max, std::vector<log_record>& out, int64_t& passed) override;
+  int64_t position() const { return pos_; }
+
+private:
+  std::shared_ptr<fake_world> w_;
+  int32_t partition_;
+  int64_t pos_;
+  int64_t eof_reported_ = -1;
+};
+
+class fake_dispatch_log final : public dispatch_log {
+public:
+  explicit fake_dispatch_log(std::shared_ptr<fake_world> w) : w_(std::move(w)) {}
+  caf::expected<void> start(const std::map<int32_t, int64_t>& starts) override;
+  /// nullptr before start() or for a partition start() did not assign.
+  std::shared_ptr<partition_reader> reader(int32_t partition) override;
+  const std::map<int32_t, int64_t>& starts() const { return starts_; }
+
+private:
+  std::shared_ptr<fake_world> w_;
+  std::map<int32_t, int64_t> starts_;
+  std::map<int32_t, std::shared_ptr<fake_partition_reader>> readers_;
+};
+
+class fake_port_factory final : public port_factory {
+public:
+  explicit fake_port_factory(std::shared_ptr<fake_world> w) : w_(std::move(w)) {}
+  caf::expected<std::unique_ptr<broker_inspector>> make_inspector() override;
+  caf::expected<std::unique_ptr<checkpoint_store>> make_checkpoint_store() override;
+  caf::expected<std::unique_ptr<session_store>> make_session_store() override;
+  caf::expected<std::shared_ptr<dispatch_log>> make_dispatch_log() override;
+  const std::shared_ptr<fake_world>& world() const { return w_; }
+
+private:
+  std::shared_ptr<fake_world> w_;
+};
+
+/// A world with `partition_count` empty partitions and a factory over it.
+std::shared_ptr<fake_world> make_world(int32_t partition_count);
+std::shared_ptr<fake_port_factory> make_fake_ports(std::shared_ptr<fake_world> w);
+
+} // namespace qsp::test
