@@ -263,16 +263,16 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
 
 caf::error projection_settings::validate() const {
   if (topic.empty())
-    return caf::make_error(ec::refused, "projection.dispatch-topic: required, a Kafka topic name");
+    return caf::make_error(ec::invalid_config, "projection.dispatch-topic: required, a Kafka topic name");
   if (partition_count <= 0)
-    return caf::make_error(ec::refused, "projection.partition-count: required, an integer > 0, got "
+    return caf::make_error(ec::invalid_config, "projection.partition-count: required, an integer > 0, got "
                                           + std::to_string(partition_count));
   if (ns.empty())
-    return caf::make_error(ec::refused, "projection.namespace: must not be empty");
+    return caf::make_error(ec::invalid_config, "projection.namespace: must not be empty");
   if (max_batch_records == 0)
-    return caf::make_error(ec::refused, "projection.max-batch-records: must be > 0");
+    return caf::make_error(ec::invalid_config, "projection.max-batch-records: must be > 0");
   if (backoff_initial.count() <= 0 || backoff_max < backoff_initial)
-    return caf::make_error(ec::refused, "projection.backoff-*: need 0 < initial <= max");
+    return caf::make_error(ec::invalid_config, "projection.backoff-*: need 0 < initial <= max");
   return caf::none;
 }
 
@@ -283,7 +283,7 @@ spawn_projection(caf::actor_system& sys, const projection_settings& cfg,
   if (auto err = cfg.validate())
     return err;
   if (!ports || !decoder || !stats)
-    return caf::make_error(ec::refused, "spawn_projection: ports, decoder and metrics are required");
+    return caf::make_error(ec::invalid_config, "spawn_projection: ports, decoder and metrics are required");
   return sys.spawn(supervisor, cfg, std::move(ports), std::move(decoder), std::move(stats), opts);
 }
 

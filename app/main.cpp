@@ -297,6 +297,12 @@ int main(int argc, char** argv) {
     std::cerr << "error: " << describe(settings.error()) << '\n';
     return exit_usage;
   }
+  // librdkafka rejects unknown or malformed properties when a client is made:
+  // check once here so a typo is a usage error, not a restart loop.
+  if (auto probe = kafka::dispatch_log_consumer::make(settings->ports.kafka); !probe) {
+    std::cerr << "error: " << describe(probe.error()) << '\n';
+    return exit_usage;
+  }
   if (cmd == "verify")
     return cmd_verify(*settings);
   if (cmd == "inspect")

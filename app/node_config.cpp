@@ -45,7 +45,7 @@ node_config::node_config() {
 
 caf::expected<node_settings> to_settings(const node_config& cfg) {
   auto bad = [](const std::string& key, const std::string& what) {
-    return caf::make_error(ec::refused, key + ": " + what);
+    return caf::make_error(ec::invalid_config, key + ": " + what);
   };
   node_settings s;
   auto& p = s.projection;

@@ -18,7 +18,7 @@ make_handle(rd_kafka_type_t type, const client_settings& cfg,
   auto set = [&](const std::string& key, const std::string& value) -> caf::error {
     if (rd_kafka_conf_set(conf, key.c_str(), value.c_str(), err, sizeof(err))
         != RD_KAFKA_CONF_OK)
-      return caf::make_error(ec::refused, "kafka property " + key + ": " + err);
+      return caf::make_error(ec::invalid_config, "kafka property " + key + ": " + err);
     return caf::none;
   };
   std::vector<std::pair<std::string, std::string>> all{

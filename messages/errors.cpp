@@ -18,6 +18,7 @@ std::string to_string(ec x) {
     case ec::kafka_read: return "kafka_read";
     case ec::not_ready: return "not_ready";
     case ec::shutting_down: return "shutting_down";
+    case ec::invalid_config: return "invalid_config";
   }
   return "unknown";
 }
@@ -28,6 +29,7 @@ bool is_refusal(ec x) {
     case ec::undecodable:
     case ec::identity_changed:
     case ec::unsupported_redis:
+    case ec::invalid_config:
       return true;
     default:
       return false;

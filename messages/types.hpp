@@ -30,6 +30,7 @@ enum class ec : uint8_t {
   undecodable,        ///< a record the decoder cannot read
   identity_changed,   ///< broker identity changed during startup
   unsupported_redis,  ///< Redis older than 6.2 (no ZADD GT)
+  invalid_config,     ///< a setting is missing or malformed (exit 2)
   // Transient: dirty, back off, restart from the checkpoints.
   redis_unavailable,  ///< connect, I/O, timeout
   redis_reply,        ///< an error reply to a data write

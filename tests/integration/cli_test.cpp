@@ -1,0 +1,72 @@
+// The operator contract of the binary: --help, bad usage and bad config
+// (exit 2 naming the key), unreachable dependencies (exit 4).
+#include <gtest/gtest.h>
+
+#include "tests/support/integration.hpp"
+
+using namespace qsp;
+
+TEST(Cli, HelpListsEverySubcommandAndOptionDefaults) {
+  auto r = test::run_cli({"--help"});
+  EXPECT_EQ(r.rc, 0);
+  for (auto* cmd : {"run", "catch-up", "verify", "inspect", "audit"})
+    EXPECT_NE(r.out.find(std::string{"\n  "} + cmd + " "), std::string::npos) << cmd;
+  for (auto* key : {"--projection.dispatch-topic", "--projection.partition-count",
+                    "--projection.namespace", "--projection.convs-prefix",
+                    "--kafka.bootstrap-servers", "--kafka.client-id", "--kafka.group-id",
+                    "--kafka.properties", "--redis.host", "--redis.port", "--redis.username",
+                    "--redis.password", "--redis.tls", "--http.listen"})
+    EXPECT_NE(r.out.find(key), std::string::npos) << key;
+  EXPECT_NE(r.out.find("(default: session_projection)"), std::string::npos);
+}
+
+TEST(Cli, BadUsageAndBadConfigExitTwoNamingTheKey) {
+  struct row {
+    std::vector<std::string> args;
+    std::string expect;
+  };
+  std::vector<row> rows{
+    {{}, "usage"},
+    {{"frobnicate"}, "unknown command"},
+    {{"verify"}, "projection.partition-count"},
+    {{"verify", "--projection.partition-count=3"}, "projection.dispatch-topic"},
+    {{"verify", "--projection.dispatch-topic=t", "--projection.partition-count=-1"},
+     "projection.partition-count"},
+    {{"verify", "--projection.dispatch-topic=t", "--projection.partition-count=1",
+      "--redis.port=70000"}, "redis.port"},
+    {{"verify", "--projection.dispatch-topic=t", "--projection.partition-count=1",
+      "--http.listen=nocolon"}, "http.listen"},
+    {{"verify", "--projection.dispatch-topic=t", "--projection.partition-count=1",
+      "--kafka.properties=[\"no-equals\"]"}, "kafka.properties"},
+    {{"verify", "--projection.dispatch-topic=t", "--projection.partition-count=1",
+      "--kafka.properties=[\"bogus.property=1\"]"}, "bogus.property"},
+    {{"verify", "--no-such-option=1"}, "no-such-option"},
+    {{"verify", "--config-file=/nonexistent/x.conf", "--projection.dispatch-topic=t",
+      "--projection.partition-count=1", "--redis.password-file=/nonexistent/pw"},
+     "redis.password-file"},
+  };
+  for (auto& r : rows) {
+    auto res = test::run_cli(r.args);
+    EXPECT_EQ(res.rc, 2) << r.expect << "\n" << res.err;
+    EXPECT_NE((res.err + res.out).find(r.expect), std::string::npos) << res.err;
+  }
+}
+
+TEST(Cli, UnreachableDependenciesExitFour) {
+  auto r = test::run_cli({"verify", "--projection.dispatch-topic=t",
+                          "--projection.partition-count=1", "--redis.port=1",
+                          "--kafka.timeout-ms=500"});
+  EXPECT_EQ(r.rc, 4) << r.err;
+  EXPECT_NE(r.err.find("redis 127.0.0.1:1"), std::string::npos) << r.err;
+  auto k = test::run_cli({"inspect", "--projection.dispatch-topic=t",
+                          "--projection.partition-count=1", "--kafka.bootstrap-servers=127.0.0.1:1",
+                          "--redis.port=" + std::to_string(test::env().redis_port),
+                          "--kafka.timeout-ms=1000"});
+  EXPECT_EQ(k.rc, 4) << k.err;
+  auto c = test::run_cli({"catch-up", "--projection.dispatch-topic=t",
+                          "--projection.partition-count=1", "--redis.port=1",
+                          "--kafka.timeout-ms=500", "--projection.catch-up-max-attempts=2",
+                          "--http.listen=off"});
+  EXPECT_EQ(c.rc, 4) << c.err;
+  EXPECT_NE(c.err.find("giving up"), std::string::npos) << c.err;
+}
