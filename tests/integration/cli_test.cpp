@@ -41,9 +41,9 @@ TEST(Cli, BadUsageAndBadConfigExitTwoNamingTheKey) {
     {{"verify", "--projection.dispatch-topic=t", "--projection.partition-count=1",
       "--kafka.properties=[\"bogus.property=1\"]"}, "bogus.property"},
     {{"verify", "--no-such-option=1"}, "no-such-option"},
-    {{"verify", "--config-file=/nonexistent/x.conf", "--projection.dispatch-topic=t",
-      "--projection.partition-count=1", "--redis.password-file=/nonexistent/pw"},
-     "redis.password-file"},
+    {{"verify", "--config-file=/nonexistent/x.conf"}, "/nonexistent/x.conf"},
+    {{"verify", "--projection.dispatch-topic=t", "--projection.partition-count=1",
+      "--redis.password-file=/nonexistent/pw"}, "redis.password-file"},
   };
   for (auto& r : rows) {
     auto res = test::run_cli(r.args);
