@@ -42,12 +42,6 @@ caf::expected<verified_start> verifier_state::run(const projection_settings& cfg
   for (size_t p = 0; p < r->broker.true_high.size(); ++p)
     vs.true_high[static_cast<int32_t>(p)] = r->broker.true_high[p];
   vs.retention_ms = r->broker.retention_ms;
-  if (!r->validated.meta_present) {
-    auto created = (*store)->create_meta(vs.id);
-    if (!created)
-      return created.error();
-    vs.meta_created = *created;
-  }
   // Create the consumer with the explicit starts; it checks [low, high] itself.
   if (auto started = gen.log->start(vs.starts); !started)
     return started.error();
@@ -63,6 +57,20 @@ caf::expected<verified_start> verifier_state::run(const projection_settings& cfg
     return caf::make_error(ec::identity_changed,
                            "meta: field topic_id: stored \"" + vs.id.topic_id + "\", observed \""
                              + again->topic_id + "\": the topic was recreated during startup");
+  if (again->partition_count != vs.id.partition_count)
+    return caf::make_error(ec::identity_changed,
+                           "meta: field partition_count: stored \""
+                             + std::to_string(vs.id.partition_count) + "\", observed \""
+                             + std::to_string(again->partition_count)
+                             + "\": the partition count changed during startup");
+  // Meta is created only once everything above is proven, so a refused
+  // startup leaves nothing behind.
+  if (!r->validated.meta_present) {
+    auto created = (*store)->create_meta(vs.id);
+    if (!created)
+      return created.error();
+    vs.meta_created = *created;
+  }
   gen.checkpoints = std::move(*store);
   return vs;
 }

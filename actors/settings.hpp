@@ -17,7 +17,6 @@ struct projection_settings {
   std::string ns = "session_projection";  ///< projection.namespace
   std::string convs_prefix = "convs:";    ///< projection.convs-prefix
   size_t max_batch_records = 5000;        ///< per consumer batch
-  size_t max_batch_bytes = 4 << 20;       ///< per consumer batch
   caf::timespan idle_poll = std::chrono::milliseconds(5);
   caf::timespan backoff_initial = std::chrono::milliseconds(200);
   caf::timespan backoff_max = std::chrono::seconds(30);

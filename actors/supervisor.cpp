@@ -239,6 +239,11 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
       caf::anon_send(listener, atom::status_v, snapshot(self->state));
     },
     [=](atom::ready) {
+      // Only this generation's aggregator may open the gate: a previous
+      // generation's aggregator can still announce after a restart.
+      if (caf::actor_cast<caf::actor_addr>(self->current_sender())
+          != self->state.aggregator.address())
+        return;
       if (self->state.state == "catching-up") {
         self->state.attempt = 0;
         transition(self, "ready", "every partition reached its start target H0");

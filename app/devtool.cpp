@@ -4,15 +4,38 @@
 //   qsp-devtool create-topic BOOTSTRAP TOPIC PARTITIONS
 //   qsp-devtool delete-topic BOOTSTRAP TOPIC
 //   qsp-devtool produce BOOTSTRAP TOPIC PARTITIONS COUNT [RATE_PER_S] [SEED]
+//                       [--realistic] [--summary] [--batch=N] [--resp-out=FILE]
 //       COUNT 0 with a RATE: produce until SIGTERM/SIGINT.  Users are drawn
 //       Zipf-like from 100k, conversations from 1M, 1–5 recipients.
+//       Benchmark options (bench/, scripts/bench):
+//       --realistic  add the fields a real dispatch envelope carries besides the
+//                    three the projection reads (message id, sender, kind, seq,
+//                    a 20-140 character preview with some non-ASCII text,
+//                    attachment count, silent flag): ~300 bytes instead of ~90.
+//                    The decoder skips (but validates) them.
+//       --summary    print one line on stderr at the end:
+//                    summary: dispatches=N recipients=R bytes=B seconds=S
+//                    batch=N est_zadd_calls=Z est_members=M users=U
+//                    where Z and M are what the writer's per-user coalescing
+//                    yields for full batches of --batch records (default 5000)
+//                    per partition (one ZADD per distinct user, one member per
+//                    distinct (user, conversation)); U is the number of distinct
+//                    recipients (= the session sets the projection must create).
+//       --resp-out=FILE  (implies --summary) also write those coalesced ZADD GT
+//                    commands, key convs:{user}, as RESP to FILE: replayed with
+//                    `redis-cli --pipe` they give the Redis ceiling for exactly
+//                    the command stream the node sends (scripts/bench).
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <random>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
 
 #include "core/dispatch.hpp"
 #include "kafka/admin.hpp"
@@ -45,6 +68,90 @@ private:
   double n_, s_;
 };
 
+// -- benchmark options (--realistic, --summary) ----------------------------------
+
+/// The rest of a realistic dispatch envelope, appended before the closing '}'.
+void add_envelope(std::string& json, long long seq, std::mt19937_64& rng, const std::string& sender) {
+  static const char* words[] = {"ok", "see", "you", "tomorrow", "meeting", "at", "the", "office",
+                                "thanks", "café", "déjà", "vu", "👍", "lunch", "?", "call", "me",
+                                "when", "free", "sent", "the", "file", "Grüße", "sure"};
+  std::uniform_int_distribution<int> len{20, 140};
+  std::uniform_int_distribution<size_t> word{0, sizeof(words) / sizeof(words[0]) - 1};
+  std::uniform_int_distribution<int> attachments{0, 3};
+  char id[40];
+  std::snprintf(id, sizeof(id), "m-%016llx-%llx", static_cast<unsigned long long>(rng()),
+                static_cast<unsigned long long>(seq));
+  std::string preview;
+  for (int n = len(rng); static_cast<int>(preview.size()) < n;) {
+    if (!preview.empty())
+      preview += ' ';
+    preview += words[word(rng)];
+  }
+  json.pop_back(); // '}'
+  json += ",\"message_id\":\"";
+  json += id;
+  json += "\",\"sender\":\"" + sender + "\",\"kind\":\"text\",\"seq\":" + std::to_string(seq);
+  json += ",\"preview\":\"" + preview + "\",\"attachments\":" + std::to_string(attachments(rng));
+  json += ",\"silent\":false}";
+}
+
+/// What the writer's coalescing does to full batches of `batch` records per
+/// partition; optionally writes the resulting ZADD commands as RESP (for
+/// `redis-cli --pipe`: the Redis ceiling for exactly this command stream).
+class coalescing_estimate {
+public:
+  coalescing_estimate(int partitions, size_t batch, std::FILE* resp)
+    : parts_(static_cast<size_t>(partitions)), batch_(batch), resp_(resp) {}
+  void add(int partition, const qsp::core::dispatch& d) {
+    auto& p = parts_[static_cast<size_t>(partition)];
+    for (auto& u : d.recipients) {
+      auto [it, fresh] = p.users[u].emplace(d.conversation_id, d.created_at);
+      if (!fresh && it->second < d.created_at)
+        it->second = d.created_at;
+    }
+    if (++p.records == batch_)
+      close(p);
+  }
+  void finish() {
+    for (auto& p : parts_)
+      close(p);
+  }
+  unsigned long long zadd_calls = 0, members = 0;
+
+private:
+  struct part {
+    size_t records = 0;
+    std::unordered_map<std::string, std::unordered_map<std::string, int64_t>> users;
+  };
+  void bulk(std::string_view s) {
+    std::fprintf(resp_, "$%zu\r\n", s.size());
+    std::fwrite(s.data(), 1, s.size(), resp_);
+    std::fputs("\r\n", resp_);
+  }
+  void close(part& p) {
+    zadd_calls += p.users.size();
+    for (auto& [u, convs] : p.users) {
+      members += convs.size();
+      if (resp_ == nullptr)
+        continue;
+      // ZADD convs:{user} GT score member ... (the node's default convs-prefix)
+      std::fprintf(resp_, "*%zu\r\n", 3 + 2 * convs.size());
+      bulk("ZADD");
+      bulk("convs:" + u);
+      bulk("GT");
+      for (auto& [conv, score] : convs) {
+        bulk(std::to_string(score));
+        bulk(conv);
+      }
+    }
+    p.users.clear();
+    p.records = 0;
+  }
+  std::vector<part> parts_;
+  size_t batch_;
+  std::FILE* resp_;
+};
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -70,10 +177,35 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "qsp-devtool: bad command\n");
     return 2;
   }
-  int partitions = std::stoi(argv[4]);
-  long long count = std::stoll(argv[5]);
-  double rate = argc > 6 ? std::stod(argv[6]) : 0;
-  uint64_t seed = argc > 7 ? std::stoull(argv[7]) : 1;
+  // Positional arguments first; the benchmark options (--...) anywhere after them.
+  std::vector<std::string> pos;
+  bool realistic = false, summary = false;
+  size_t batch = 5000;
+  std::string resp_out;
+  for (int i = 4; i < argc; ++i) {
+    std::string_view a = argv[i];
+    if (a == "--realistic")
+      realistic = true;
+    else if (a == "--summary")
+      summary = true;
+    else if (a.substr(0, 8) == "--batch=" && std::stoull(std::string{a.substr(8)}) > 0)
+      batch = std::stoull(std::string{a.substr(8)});
+    else if (a.substr(0, 11) == "--resp-out=")
+      resp_out = std::string{a.substr(11)};
+    else if (a.substr(0, 2) == "--") {
+      std::fprintf(stderr, "qsp-devtool: unknown option %s\n", argv[i]);
+      return 2;
+    } else
+      pos.emplace_back(a);
+  }
+  if (pos.size() < 2) {
+    std::fprintf(stderr, "qsp-devtool: bad command\n");
+    return 2;
+  }
+  int partitions = std::stoi(pos[0]);
+  long long count = std::stoll(pos[1]);
+  double rate = pos.size() > 2 ? std::stod(pos[2]) : 0;
+  uint64_t seed = pos.size() > 3 ? std::stoull(pos[3]) : 1;
   std::signal(SIGTERM, [](int) { stop_requested = 1; });
   std::signal(SIGINT, [](int) { stop_requested = 1; });
   auto prod = qsp::kafka::producer::make(cs);
@@ -87,13 +219,38 @@ int main(int argc, char** argv) {
   auto epoch_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                     std::chrono::system_clock::now().time_since_epoch()).count();
   qsp::core::dispatch d;
-  for (long long i = 0; (count == 0 || i < count) && !stop_requested; ++i) {
+  // The envelope draws from its own generator: the three projected fields stay
+  // the same sequence with or without --realistic.
+  std::mt19937_64 envelope_rng{seed ^ 0x9e3779b97f4a7c15ull};
+  std::FILE* resp = nullptr;
+  if (!resp_out.empty()) {
+    summary = true;
+    resp = std::fopen(resp_out.c_str(), "w");
+    if (resp == nullptr) {
+      std::fprintf(stderr, "qsp-devtool: cannot write %s\n", resp_out.c_str());
+      return 1;
+    }
+  }
+  coalescing_estimate estimate{partitions, batch, resp};
+  unsigned long long recipients = 0, bytes = 0;
+  std::unordered_set<std::string> distinct_users;
+  long long i = 0;
+  for (; (count == 0 || i < count) && !stop_requested; ++i) {
     d.conversation_id = "c-" + std::to_string(convs(rng));
     d.created_at = epoch_ms + i;
     d.recipients.clear();
     for (int r = fanout(rng); r > 0; --r)
       d.recipients.push_back("u" + std::to_string(users(rng)));
     auto value = qsp::core::encode_json(d);
+    if (realistic)
+      add_envelope(value, i, envelope_rng, "u" + std::to_string(users(envelope_rng)));
+    if (summary) {
+      recipients += d.recipients.size();
+      bytes += value.size();
+      estimate.add(static_cast<int>(i % partitions), d);
+      for (auto& u : d.recipients)
+        distinct_users.insert(u);
+    }
     if (auto ok = prod->send(topic, static_cast<int32_t>(i % partitions), value); !ok)
       return fail(ok.error());
     if (rate > 0) {
@@ -103,5 +260,18 @@ int main(int argc, char** argv) {
   }
   if (auto ok = prod->flush(); !ok)
     return fail(ok.error());
+  if (summary) {
+    estimate.finish();
+    if (resp != nullptr && std::fclose(resp) != 0) {
+      std::fprintf(stderr, "qsp-devtool: writing %s failed\n", resp_out.c_str());
+      return 1;
+    }
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::fprintf(stderr,
+                 "summary: dispatches=%lld recipients=%llu bytes=%llu seconds=%.3f batch=%zu "
+                 "est_zadd_calls=%llu est_members=%llu users=%zu\n",
+                 i, recipients, bytes, secs, batch, estimate.zadd_calls, estimate.members,
+                 distinct_users.size());
+  }
   return 0;
 }

@@ -20,6 +20,7 @@
 #include "actors/log.hpp"
 #include "actors/projection.hpp"
 #include "adapters/real_ports.hpp"
+#include "app/audit.hpp"
 #include "app/http.hpp"
 #include "app/node_config.hpp"
 #include "core/dispatch.hpp"
@@ -41,7 +42,7 @@ commands:
              exit: 0 would start, 3 would refuse, 4 dependency unreachable, 2 bad usage
   inspect    meta, checkpoints and broker state side by side (--json for machines)
              exit: 0, 4, 2
-  audit      replay the log into a model and diff it with Redis (not implemented yet: exits 2)
+  audit      replay the log into a model and diff it with Redis
 
 options (config file keys are the same, grouped as [group] key=value):
 )";
@@ -307,10 +308,8 @@ int main(int argc, char** argv) {
     return cmd_verify(*settings);
   if (cmd == "inspect")
     return cmd_inspect(*settings, json);
-  if (cmd == "audit") {
-    std::cerr << "audit: not implemented yet\n";
-    return exit_usage;
-  }
+  if (cmd == "audit")
+    return app::cmd_audit(*settings);
   caf::actor_system sys{cfg};
   return cmd_run(sys, *settings, cmd == "catch-up", signals);
 }

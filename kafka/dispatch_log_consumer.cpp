@@ -12,12 +12,7 @@ class rd_partition_reader final : public partition_reader {
 public:
   rd_partition_reader(std::shared_ptr<dispatch_log_consumer> owner, rd_kafka_queue_t* q,
                       std::string topic, int32_t partition)
-    : owner_(std::move(owner)), q_(q), topic_(std::move(topic)), partition_(partition) {
-    // Stop forwarding to the consumer queue: this partition is read here only.
-    rd_kafka_queue_forward(q_, nullptr);
-  }
-
-  ~rd_partition_reader() override { rd_kafka_queue_destroy(q_); }
+    : owner_(std::move(owner)), q_(q), topic_(std::move(topic)), partition_(partition) {}
 
   caf::expected<void> poll(size_t max, std::vector<log_record>& out, int64_t& passed) override {
     if (auto err = owner_->poll_events())
@@ -67,6 +62,8 @@ dispatch_log_consumer::dispatch_log_consumer(dispatch_log_consumer_config cfg, h
 dispatch_log_consumer::~dispatch_log_consumer() {
   if (rk_ && assigned_)
     rd_kafka_assign(rk_.get(), nullptr);
+  for (auto& [p, q] : queues_)
+    rd_kafka_queue_destroy(q);
 }
 
 caf::expected<std::shared_ptr<dispatch_log_consumer>>
@@ -102,6 +99,18 @@ caf::expected<void> dispatch_log_consumer::start(const std::map<int32_t, int64_t
                                             + ",high=" + std::to_string(high)
                                             + "\": start outside the retained range");
   }
+  // Detach each partition's queue from the consumer queue before assigning,
+  // so no record of it can be fetched onto the consumer queue.
+  for (auto& [p, start] : starts) {
+    if (queues_.count(p))
+      continue;
+    auto* q = rd_kafka_queue_get_partition(rk_.get(), cfg_.topic.c_str(), p);
+    if (q == nullptr)
+      return caf::make_error(ec::kafka_read, "no queue for " + cfg_.topic + " partition "
+                                               + std::to_string(p));
+    rd_kafka_queue_forward(q, nullptr);
+    queues_.emplace(p, q);
+  }
   auto* list = rd_kafka_topic_partition_list_new(static_cast<int>(starts.size()));
   for (auto& [p, start] : starts)
     rd_kafka_topic_partition_list_add(list, cfg_.topic.c_str(), p)->offset = start;
@@ -114,16 +123,24 @@ caf::expected<void> dispatch_log_consumer::start(const std::map<int32_t, int64_t
 }
 
 std::shared_ptr<partition_reader> dispatch_log_consumer::reader(int32_t partition) {
-  auto* q = rd_kafka_queue_get_partition(rk_.get(), cfg_.topic.c_str(), partition);
-  if (q == nullptr)
-    return nullptr;
-  return std::make_shared<rd_partition_reader>(shared_from_this(), q, cfg_.topic, partition);
+  auto i = queues_.find(partition);
+  if (i == queues_.end())
+    return nullptr; // not assigned by start()
+  return std::make_shared<rd_partition_reader>(shared_from_this(), i->second, cfg_.topic,
+                                               partition);
 }
 
 caf::error dispatch_log_consumer::poll_events() {
   caf::error result;
   while (auto* m = rd_kafka_consumer_poll(rk_.get(), 0)) {
-    if (m->err && m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF && !result) {
+    if (!m->err && !result) {
+      // Every assigned partition has its own queue: a record here means the
+      // queues were set up wrong.  Never drop it silently.
+      result = caf::make_error(ec::kafka_read, "consumer of " + cfg_.topic + ": record of partition "
+                                                 + std::to_string(m->partition) + " offset "
+                                                 + std::to_string(m->offset)
+                                                 + " arrived on the consumer queue");
+    } else if (m->err && m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF && !result) {
       bool fatal = m->err == RD_KAFKA_RESP_ERR__FATAL
                    || m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET
                    || m->err == RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE;

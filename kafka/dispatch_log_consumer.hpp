@@ -49,6 +49,9 @@ private:
   dispatch_log_consumer_config cfg_;
   handle_ptr rk_;
   bool assigned_ = false;
+  /// Per-partition queues, detached from the consumer queue *before* assign:
+  /// otherwise records fetched in between land on the consumer queue.
+  std::map<int32_t, rd_kafka_queue_t*> queues_;
 };
 
 } // namespace qsp::kafka

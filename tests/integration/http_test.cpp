@@ -23,39 +23,11 @@
 #include "tests/support/integration.hpp"
 
 using namespace qsp;
+using test::eventually;
+using test::slurp;
 using namespace std::chrono_literals;
 
 namespace {
-
-uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream in{path};
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-template <class Pred>
-bool eventually(Pred pred, std::chrono::milliseconds limit = 60s) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred())
-      return true;
-    std::this_thread::sleep_for(50ms);
-  }
-  return pred();
-}
 
 } // namespace
 
@@ -73,7 +45,7 @@ TEST(Http, ReadinessMetricsSessionsAndShutdown) {
   }
   ASSERT_TRUE(prod->flush());
   auto redis = test::redis_conn();
-  auto port = free_port();
+  auto port = test::free_port();
   auto args = test::node_args(topic, 2, ns, convs);
   args.back() = "--http.listen=127.0.0.1:" + std::to_string(port);
   args.insert(args.begin(), "run");

@@ -17,28 +17,11 @@
 #include "tests/support/integration.hpp"
 
 using namespace qsp;
+using test::eventually;
+using test::slurp;
 using namespace std::chrono_literals;
 
 namespace {
-
-std::string slurp(const std::string& path) {
-  std::ifstream in{path};
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-/// Polls `pred` every 50 ms for at most `limit`; true if it held.
-template <class Pred>
-bool eventually(Pred pred, std::chrono::milliseconds limit = 60s) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred())
-      return true;
-    std::this_thread::sleep_for(50ms);
-  }
-  return pred();
-}
 
 struct pipeline : ::testing::Test {
   std::string topic = test::unique_name("pipe");

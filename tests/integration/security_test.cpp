@@ -23,84 +23,11 @@
 #include "tests/support/integration.hpp"
 
 using namespace qsp;
+using test::eventually;
+using test::slurp;
 using namespace std::chrono_literals;
 
 namespace {
-
-uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream in{path};
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-int sh(const std::string& cmd) {
-  int st = std::system(cmd.c_str());
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-/// A private redis-server on a free loopback port, stopped by PID.
-struct private_redis {
-  std::string dir;
-  uint16_t port = 0;
-  pid_t pid = -1;
-
-  private_redis(const std::string& name, std::vector<std::string> extra, bool tls_port) {
-    dir = "/tmp/" + test::unique_name(name);
-    sh("mkdir -p " + dir);
-    port = free_port();
-    std::vector<std::string> args{"redis-server", "--bind", "127.0.0.1", "--save", "",
-                                  "--appendonly", "no", "--dir", dir,
-                                  "--logfile", dir + "/redis.log"};
-    if (tls_port) {
-      args.insert(args.end(), {"--port", "0", "--tls-port", std::to_string(port)});
-    } else {
-      args.insert(args.end(), {"--port", std::to_string(port)});
-    }
-    args.insert(args.end(), extra.begin(), extra.end());
-    pid = ::fork();
-    if (pid == 0) {
-      std::vector<char*> argv;
-      for (auto& a : args)
-        argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      ::execvp("redis-server", argv.data());
-      ::_exit(127);
-    }
-  }
-
-  ~private_redis() {
-    if (pid > 0) {
-      ::kill(pid, SIGTERM);
-      ::waitpid(pid, nullptr, 0);
-    }
-    sh("rm -rf " + dir);
-  }
-
-  /// Waits (bounded) until `cli_args` + PING answers PONG.
-  bool wait_ready(const std::string& cli_args) {
-    for (int i = 0; i < 100; ++i) {
-      if (sh("redis-cli -h 127.0.0.1 -p " + std::to_string(port) + " " + cli_args
-             + " PING 2>/dev/null | grep -q PONG")
-          == 0)
-        return true;
-      std::this_thread::sleep_for(50ms);
-    }
-    return false;
-  }
-};
 
 struct secured : ::testing::Test {
   std::string topic = test::unique_name("sec");
@@ -135,7 +62,7 @@ TEST_F(secured, LeastPrivilegeAclUserProjectsAndSecretsNeverShow) {
   // The ACL from config/, with the placeholder replaced; default user has an
   // admin password for the test's own checks.
   auto dir = "/tmp/" + test::unique_name("acl");
-  sh("mkdir -p " + dir);
+  test::sh("mkdir -p " + dir);
   std::ifstream in{QSP_SOURCE_DIR "/config/redis-acl.conf"};
   std::ofstream out{dir + "/users.acl"};
   std::string line;
@@ -146,10 +73,10 @@ TEST_F(secured, LeastPrivilegeAclUserProjectsAndSecretsNeverShow) {
   }
   out << "user default on >admin-pw ~* &* +@all\n";
   out.close();
-  private_redis redis{"acl-redis", {"--aclfile", dir + "/users.acl"}, false};
+  test::private_redis redis{"acl-redis", {"--aclfile", dir + "/users.acl"}, false};
   ASSERT_TRUE(redis.wait_ready("--user default --pass admin-pw --no-auth-warning"));
   auto port = redis.port;
-  auto http_port = free_port();
+  auto http_port = test::free_port();
   std::vector<std::string> creds{"--redis.username=qsession-projection",
                                  "--redis.password=" + password, "--log.level=debug"};
 
@@ -173,7 +100,7 @@ TEST_F(secured, LeastPrivilegeAclUserProjectsAndSecretsNeverShow) {
   EXPECT_EQ(sessions->status, 200) << sessions->body;
   ::kill(pid, SIGTERM);
   EXPECT_EQ(test::wait_cli(pid), 0) << slurp(logf);
-  EXPECT_EQ(sh("redis-cli -p " + std::to_string(port)
+  EXPECT_EQ(test::sh("redis-cli -p " + std::to_string(port)
                + " --user default --pass admin-pw --no-auth-warning HGET "
                  "session_projection:checkpoint:" + topic + ":0 next_offset | grep -qx 50"),
             0);
@@ -198,12 +125,12 @@ TEST_F(secured, LeastPrivilegeAclUserProjectsAndSecretsNeverShow) {
   EXPECT_NE(wrong.err.find("AUTH failed for user 'qsession-projection'"), std::string::npos)
     << wrong.err;
   EXPECT_EQ(wrong.err.find(password), std::string::npos);
-  sh("rm -rf " + dir);
+  test::sh("rm -rf " + dir);
 }
 
 TEST_F(secured, RedisOverTlsWithGeneratedCertificates) {
   auto dir = "/tmp/" + test::unique_name("tls");
-  ASSERT_EQ(sh("mkdir -p " + dir + " && cd " + dir
+  ASSERT_EQ(test::sh("mkdir -p " + dir + " && cd " + dir
                + " && openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=qsp-test-ca"
                  " -keyout ca.key -out ca.crt >/dev/null 2>&1"
                  " && openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1"
@@ -212,7 +139,7 @@ TEST_F(secured, RedisOverTlsWithGeneratedCertificates) {
                  " && openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial"
                  " -days 1 -extfile san.ext -out server.crt >/dev/null 2>&1"),
             0);
-  private_redis redis{"tls-redis",
+  test::private_redis redis{"tls-redis",
                       {"--tls-cert-file", dir + "/server.crt", "--tls-key-file", dir + "/server.key",
                        "--tls-ca-cert-file", dir + "/ca.crt", "--tls-auth-clients", "no"},
                       true};
@@ -227,5 +154,5 @@ TEST_F(secured, RedisOverTlsWithGeneratedCertificates) {
   // Plain TCP against the TLS port fails cleanly.
   auto plain = test::run_cli(args("verify", redis.port, {"--redis.timeout-ms=2000"}));
   EXPECT_EQ(plain.rc, 4) << plain.err;
-  sh("rm -rf " + dir);
+  test::sh("rm -rf " + dir);
 }

@@ -118,6 +118,7 @@ struct fake_world {
   std::string topic_id;  ///< a valid Kafka Uuid text (see default_topic_id)
   int64_t retention_ms = -1;
   std::vector<fake_partition> partitions;
+  int64_t last_txn = 0;  ///< the id begin_txn handed out last
   /// What inspect() reports as partition count; -1: partitions.size().
   int32_t reported_partition_count = -1;
 
@@ -167,6 +168,8 @@ struct fake_world {
 
   // -- hooks (run under the lock, inside the port call) --------------------------
 
+  /// After inspect() computed its answer.
+  std::function<void()> on_inspect;
   /// After a successful guarded write.
   std::function<void(int32_t partition, int64_t next_offset)> on_checkpoint_written;
   /// Before an apply (after the fault checks).

@@ -1,11 +1,15 @@
 #include "tests/support/integration.hpp"
 
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <set>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -20,13 +24,6 @@ extern char** environ;
 namespace qsp::test {
 
 namespace {
-
-std::string read_file(const std::string& path) {
-  std::ifstream in{path};
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 [[noreturn]] void die(const std::string& msg) {
   std::fprintf(stderr, "integration test setup: %s\n", msg.c_str());
@@ -117,7 +114,28 @@ std::map<std::string, int64_t> zset(redis::connection& c, const std::string& key
   return out;
 }
 
+namespace {
+
+// Nodes still running when the test binary exits (a failed ASSERT returned
+// before the test stopped them) are killed, so no test leaves one behind.
+std::set<int>& live_children() {
+  static std::set<int> pids;
+  return pids;
+}
+
+void kill_live_children() {
+  for (int pid : live_children()) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  }
+  live_children().clear();
+}
+
+} // namespace
+
 int spawn_cli(const std::vector<std::string>& args, const std::string& log_path) {
+  static const bool registered = [] { return std::atexit(kill_live_children) == 0; }();
+  (void) registered;
   std::vector<std::string> full{QSP_BIN_DIR "/qsession-projection"};
   full.insert(full.end(), args.begin(), args.end());
   std::vector<char*> argv;
@@ -132,11 +150,13 @@ int spawn_cli(const std::vector<std::string>& args, const std::string& log_path)
   if (posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ) != 0)
     die(std::string{"cannot start "} + argv[0]);
   posix_spawn_file_actions_destroy(&fa);
+  live_children().insert(pid);
   return pid;
 }
 
 int wait_cli(int pid) {
   int status = 0;
+  live_children().erase(pid);
   if (waitpid(pid, &status, 0) < 0)
     return -1;
   if (WIFEXITED(status))
@@ -148,8 +168,8 @@ cli_result run_cli(const std::vector<std::string>& args) {
   auto log = "/tmp/" + unique_name("qsp-cli");
   cli_result r;
   r.rc = wait_cli(spawn_cli(args, log));
-  r.err = read_file(log);
-  r.out = read_file(log + ".out");
+  r.err = slurp(log);
+  r.out = slurp(log + ".out");
   std::remove(log.c_str());
   std::remove((log + ".out").c_str());
   return r;
@@ -217,6 +237,90 @@ void create_topic(const std::string& topic, int partitions) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   die("topic " + topic + " did not appear");
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in{path};
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+uint16_t free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+int sh(const std::string& cmd) {
+  int st = std::system(cmd.c_str());
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+private_redis::private_redis(const std::string& name, std::vector<std::string> extra_args,
+                             bool tls)
+  : extra(std::move(extra_args)), tls_port(tls) {
+  dir = "/tmp/" + unique_name(name);
+  sh("mkdir -p " + dir);
+  port = free_port();
+  start();
+}
+
+void private_redis::start() {
+  std::vector<std::string> args{"redis-server", "--bind", "127.0.0.1", "--save", "",
+                                "--appendonly", "no", "--dir", dir,
+                                "--logfile", dir + "/redis.log"};
+  if (tls_port)
+    args.insert(args.end(), {"--port", "0", "--tls-port", std::to_string(port)});
+  else
+    args.insert(args.end(), {"--port", std::to_string(port)});
+  args.insert(args.end(), extra.begin(), extra.end());
+  pid = ::fork();
+  if (pid == 0) {
+    std::vector<char*> argv;
+    for (auto& a : args)
+      argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execvp("redis-server", argv.data());
+    ::_exit(127);
+  }
+}
+
+void private_redis::kill_hard() {
+  if (pid > 0) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    pid = -1;
+  }
+}
+
+void private_redis::stop() {
+  if (pid > 0) {
+    ::kill(pid, SIGTERM);
+    ::waitpid(pid, nullptr, 0);
+    pid = -1;
+  }
+}
+
+private_redis::~private_redis() {
+  stop();
+  sh("rm -rf " + dir);
+}
+
+bool private_redis::wait_ready(const std::string& cli_args) {
+  for (int i = 0; i < 200; ++i) {
+    if (sh("redis-cli -h 127.0.0.1 -p " + std::to_string(port) + " " + cli_args
+           + " PING 2>/dev/null | grep -q PONG") == 0)
+      return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
 }
 
 } // namespace qsp::test

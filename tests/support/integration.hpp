@@ -3,8 +3,10 @@
 // topic, namespace and key prefix.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -68,5 +70,47 @@ core::dispatch make_dispatch(uint64_t i, int users = 50);
 
 /// Creates a topic and waits until its metadata is visible.
 void create_topic(const std::string& topic, int partitions);
+
+/// The content of a file ("" if missing).
+std::string slurp(const std::string& path);
+
+/// Polls `pred` every 50 ms for at most `limit`; true if it held.
+template <class Pred>
+bool eventually(Pred pred, std::chrono::milliseconds limit = std::chrono::seconds(60)) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred())
+      return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return pred();
+}
+
+/// A free loopback TCP port (bound and released; a small race is possible).
+uint16_t free_port();
+
+/// Runs a shell command; returns its exit code.
+int sh(const std::string& cmd);
+
+/// A private redis-server on a free loopback port, owned by a test and
+/// stopped by PID.  `extra` goes after the defaults; with `tls_port` the port
+/// is a TLS port and plain TCP is off.
+struct private_redis {
+  std::string dir;
+  uint16_t port = 0;
+  int pid = -1;
+  std::vector<std::string> extra;
+  bool tls_port = false;
+
+  private_redis(const std::string& name, std::vector<std::string> extra_args, bool tls = false);
+  ~private_redis();
+  void start();
+  /// SIGKILL and reap (the data directory stays).
+  void kill_hard();
+  /// SIGTERM and reap.
+  void stop();
+  /// Waits (bounded) until redis-cli `cli_args` PING answers PONG.
+  bool wait_ready(const std::string& cli_args = "");
+};
 
 } // namespace qsp::test

@@ -1,0 +1,482 @@
+#include "app/audit.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "actors/inspection.hpp"
+#include "adapters/real_ports.hpp"
+#include "core/dispatch.hpp"
+#include "kafka/dispatch_log_consumer.hpp"
+#include "messages/types.hpp"
+#include "redis/connection.hpp"
+
+namespace qsp::app {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+constexpr int exit_ok = 0, exit_refused = 3, exit_unreachable = 4, exit_differences = 5;
+
+/// The replay fails (exit 4) when no partition made progress for this long.
+constexpr auto stall_limit = std::chrono::seconds(120);
+/// Progress lines on stderr while replaying.
+constexpr auto progress_every = std::chrono::seconds(10);
+/// Users per pipelined round trip of ZRANGE.
+constexpr size_t users_per_chunk = 1000;
+/// Samples printed per kind of finding.
+constexpr size_t max_samples = 10;
+/// Records per poll of one partition.
+constexpr size_t poll_max = 5000;
+
+/// user -> conversation -> max created_at.  Conversation ids are interned in
+/// `convs` (node-based: the pointers stay valid), so each distinct id is
+/// stored once however many users share it; per (user, conversation) pair the
+/// model costs a pointer, a score and the hash node (~50 bytes).
+struct model {
+  std::unordered_set<std::string> convs;
+  std::unordered_map<std::string, std::unordered_map<const std::string*, int64_t>> users;
+  uint64_t entries = 0;
+
+  void apply(const core::dispatch& d) {
+    if (d.recipients.empty())
+      return;
+    const std::string* conv = &*convs.insert(d.conversation_id).first;
+    for (auto& u : d.recipients) {
+      auto [i, added] = users[u].try_emplace(conv, d.created_at);
+      if (added)
+        ++entries;
+      else if (i->second < d.created_at)
+        i->second = d.created_at;
+    }
+  }
+
+  /// Rough size of the model in bytes (for the operator, not exact).
+  uint64_t approx_bytes() const {
+    uint64_t b = entries * 48;
+    for (auto& c : convs)
+      b += 48 + c.capacity();
+    for (auto& [u, m] : users)
+      b += 80 + u.capacity() + m.bucket_count() * 8;
+    return b;
+  }
+};
+
+struct partition_progress {
+  int32_t partition = 0;
+  int64_t target = 0;     ///< the stored checkpoint next_offset (0: none)
+  int64_t position = 0;   ///< every offset below was delivered or provably passed
+  uint64_t records = 0;   ///< data records below the target
+  bool done = false;
+  std::shared_ptr<partition_reader> reader;
+};
+
+struct findings {
+  uint64_t users_checked = 0, entries_checked = 0, members_read = 0;
+  uint64_t missing = 0, stale = 0, unknown = 0, ahead = 0, unreadable_keys = 0;
+  std::vector<std::string> missing_samples, stale_samples, unknown_samples, ahead_samples,
+    unreadable_samples;
+
+  static void sample(std::vector<std::string>& v, std::string line) {
+    if (v.size() < max_samples)
+      v.push_back(std::move(line));
+  }
+};
+
+int fail(const std::string& what, const caf::error& err) {
+  std::cerr << "audit: " << what << ": " << describe(err) << '\n';
+  return is_refusal(err) ? exit_refused : exit_unreachable;
+}
+
+std::string_view str(const redisReply* r) {
+  return r->str != nullptr ? std::string_view{r->str, r->len} : std::string_view{};
+}
+
+std::string quoted(std::string_view s) {
+  std::string out{"\""};
+  for (char c : s) {
+    if (c == '"' || c == '\\')
+      out.push_back('\\');
+    if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned char>(c));
+      out += buf;
+    } else {
+      out.push_back(c);
+    }
+  }
+  out.push_back('"');
+  return out;
+}
+
+// -- replay -------------------------------------------------------------------
+
+/// Reads every partition from 0 up to its target into `m`.  Returns an exit
+/// code (< 0: success).
+int replay(const node_settings& s, std::vector<partition_progress>& parts, model& m) {
+  std::map<int32_t, int64_t> starts;
+  for (auto& pp : parts) {
+    if (pp.target <= 0)
+      pp.done = true;
+    else
+      starts[pp.partition] = 0;
+  }
+  if (starts.empty())
+    return -1;
+  auto cfg = s.ports.kafka;
+  cfg.client.client_id += "-audit";
+  auto log = kafka::dispatch_log_consumer::make(cfg);
+  if (!log)
+    return fail("consumer", log.error());
+  // The readers come before the assignment: creating one detaches the
+  // partition's queue from the consumer queue for good, whereas a reader made
+  // after assign() leaves a window in which librdkafka forwards fetched
+  // records to the consumer queue, where poll_events() drops them and a later
+  // partition EOF would claim them as passed.
+  for (auto& pp : parts) {
+    if (pp.done)
+      continue;
+    pp.reader = (*log)->reader(pp.partition);
+    if (!pp.reader) {
+      std::cerr << "audit: no reader for topic " << s.projection.topic << " partition "
+                << pp.partition << '\n';
+      return exit_unreachable;
+    }
+  }
+  if (auto ok = (*log)->start(starts); !ok)
+    return fail("assign", ok.error());
+  core::json_decoder decoder;
+  core::dispatch d;
+  std::string why;
+  std::vector<log_record> buf;
+  auto last_progress = clock_type::now();
+  auto last_report = last_progress;
+  for (;;) {
+    bool progressed = false, pending = false;
+    for (auto& pp : parts) {
+      if (pp.done)
+        continue;
+      buf.clear();
+      int64_t passed = -1;
+      if (auto ok = pp.reader->poll(poll_max, buf, passed); !ok)
+        return fail("reading topic " + s.projection.topic + " partition "
+                      + std::to_string(pp.partition),
+                    ok.error());
+      for (auto& rec : buf) {
+        if (rec.offset >= pp.target) {
+          pp.done = true;
+          break;
+        }
+        if (rec.offset < pp.position)
+          continue;  // redelivery
+        if (!decoder.decode(rec.value, d, why)) {
+          std::cerr << "audit: cannot prove: topic " << s.projection.topic << " partition "
+                    << pp.partition << " offset " << rec.offset
+                    << " is undecodable below the checkpoint next_offset " << pp.target << ": "
+                    << why << " (the projection could never have passed it)\n";
+          return exit_refused;
+        }
+        m.apply(d);
+        ++pp.records;
+        pp.position = rec.offset + 1;
+        progressed = true;
+      }
+      // Partition EOF: every offset below was delivered or is a transaction
+      // marker / aborted record.
+      if (passed > pp.position) {
+        pp.position = std::min(passed, pp.target);
+        progressed = true;
+      }
+      if (pp.position >= pp.target)
+        pp.done = true;
+      pending = pending || !pp.done;
+    }
+    if (!pending)
+      break;
+    auto now = clock_type::now();
+    if (progressed) {
+      last_progress = now;
+    } else if (now - last_progress > stall_limit) {
+      for (auto& pp : parts)
+        if (!pp.done)
+          std::cerr << "audit: topic " << s.projection.topic << " partition " << pp.partition
+                    << ": stuck at offset " << pp.position << " of " << pp.target << '\n';
+      std::cerr << "audit: the broker delivered nothing for "
+                << std::chrono::duration_cast<std::chrono::seconds>(stall_limit).count()
+                << " s; giving up\n";
+      return exit_unreachable;
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (now - last_report > progress_every) {
+      last_report = now;
+      uint64_t recs = 0;
+      for (auto& pp : parts)
+        recs += pp.records;
+      std::cerr << "audit: replayed " << recs << " records so far, model " << m.users.size()
+                << " users / " << m.entries << " entries (~" << (m.approx_bytes() >> 20)
+                << " MiB)\n";
+    }
+  }
+  if (auto err = (*log)->poll_events())
+    return fail("consumer", err);
+  return -1;
+}
+
+// -- diff ---------------------------------------------------------------------
+
+struct redis_member {
+  std::string_view name;
+  std::string_view raw_score;
+  double score = 0;
+};
+
+void diff_user(const std::string& user, const std::string& key,
+               const std::unordered_map<const std::string*, int64_t>& expected,
+               const model& m, const redisReply* rep, findings& f) {
+  f.users_checked += 1;
+  f.entries_checked += expected.size();
+  std::vector<redis_member> got;
+  got.reserve(rep->elements / 2);
+  for (size_t i = 0; i + 1 < rep->elements; i += 2) {
+    redis_member rm{str(rep->element[i]), str(rep->element[i + 1])};
+    rm.score = std::strtod(std::string{rm.raw_score}.c_str(), nullptr);
+    got.push_back(rm);
+  }
+  f.members_read += got.size();
+  size_t matched = 0;
+  std::string name;
+  for (auto& rm : got) {
+    name.assign(rm.name);
+    auto c = m.convs.find(name);
+    auto e = c != m.convs.end() ? expected.find(&*c) : expected.end();
+    if (e == expected.end()) {
+      ++f.unknown;
+      findings::sample(f.unknown_samples, "user " + quoted(user) + " member " + quoted(rm.name)
+                                            + " score " + std::string{rm.raw_score}
+                                            + " (key " + quoted(key) + ")");
+      continue;
+    }
+    ++matched;
+    auto want = static_cast<double>(e->second);
+    if (rm.score < want) {
+      ++f.stale;
+      findings::sample(f.stale_samples, "user " + quoted(user) + " conversation "
+                                          + quoted(rm.name) + ": redis "
+                                          + std::string{rm.raw_score} + " < log "
+                                          + std::to_string(e->second));
+    } else if (rm.score > want) {
+      ++f.ahead;
+      findings::sample(f.ahead_samples, "user " + quoted(user) + " conversation "
+                                          + quoted(rm.name) + ": redis "
+                                          + std::string{rm.raw_score} + " > log "
+                                          + std::to_string(e->second));
+    }
+  }
+  if (matched == expected.size())
+    return;
+  std::unordered_set<std::string_view> present;
+  for (auto& rm : got)
+    present.insert(rm.name);
+  for (auto& [conv, score] : expected)
+    if (!present.count(*conv)) {
+      ++f.missing;
+      findings::sample(f.missing_samples, "user " + quoted(user) + " conversation "
+                                            + quoted(*conv) + ": absent, log has "
+                                            + std::to_string(score) + " (key " + quoted(key)
+                                            + ")");
+    }
+}
+
+/// Pipelined ZRANGE WITHSCORES over every user of the model.  Returns an exit
+/// code (< 0: success).
+int diff(const node_settings& s, const model& m, findings& f) {
+  auto conn = redis::connection::open(s.ports.redis);
+  if (!conn)
+    return fail("redis", conn.error());
+  auto& c = **conn;
+  const auto& prefix = s.projection.convs_prefix;
+  using user_ref = const std::pair<const std::string,
+                                   std::unordered_map<const std::string*, int64_t>>*;
+  std::vector<user_ref> chunk;
+  std::vector<std::string> keys;
+  static const std::string zrange = "ZRANGE", zero = "0", all = "-1", withscores = "WITHSCORES";
+  auto flush = [&]() -> int {
+    for (size_t i = 0; i < chunk.size(); ++i)
+      c.append({zrange, keys[i], zero, all, withscores});
+    caf::error io;
+    for (size_t i = 0; i < chunk.size(); ++i) {
+      auto r = c.read_reply();
+      if (!r) {
+        if (r.error().code() == static_cast<uint8_t>(ec::redis_reply)) {
+          // WRONGTYPE and the like: the set cannot hold the user's entries.
+          auto& [user, expected] = *chunk[i];
+          f.users_checked += 1;
+          f.entries_checked += expected.size();
+          f.missing += expected.size();
+          ++f.unreadable_keys;
+          findings::sample(f.unreadable_samples, "user " + quoted(user) + " key " + quoted(keys[i])
+                                                   + ": " + describe(r.error()) + "; its "
+                                                   + std::to_string(expected.size())
+                                                   + " entries count as missing");
+          continue;
+        }
+        io = r.error();
+        break;
+      }
+      auto* rep = r->get();
+      if (rep->type != REDIS_REPLY_ARRAY) {
+        io = caf::make_error(ec::redis_reply,
+                             c.where() + ": unexpected reply type to ZRANGE " + keys[i]);
+        break;
+      }
+      diff_user(chunk[i]->first, keys[i], chunk[i]->second, m, rep, f);
+    }
+    chunk.clear();
+    keys.clear();
+    if (io)
+      return fail("reading the session sets", io);
+    return -1;
+  };
+  for (auto& u : m.users) {
+    chunk.push_back(&u);
+    keys.push_back(prefix + u.first);
+    if (chunk.size() == users_per_chunk)
+      if (int rc = flush(); rc >= 0)
+        return rc;
+  }
+  if (!chunk.empty())
+    if (int rc = flush(); rc >= 0)
+      return rc;
+  return -1;
+}
+
+void print_samples(const char* kind, const std::vector<std::string>& v) {
+  for (auto& line : v)
+    std::cout << "  " << kind << ": " << line << '\n';
+}
+
+} // namespace
+
+int cmd_audit(const node_settings& s) {
+  // 1. The startup inspection: the checkpoints must belong to this log.
+  auto ports = make_real_ports(s.ports);
+  auto broker = ports->make_inspector();
+  if (!broker)
+    return fail("kafka", broker.error());
+  auto store = ports->make_checkpoint_store();
+  if (!store)
+    return fail("redis", store.error());
+  auto insp = inspect_startup(s.projection, **broker, **store);
+  if (!insp)
+    return fail("inspection", insp.error());
+  if (!insp->ok()) {
+    for (auto& p : insp->problems)
+      std::cerr << "refused: " << p.to_string() << '\n';
+    std::cerr << "audit: cannot prove anything against stored state that does not belong to "
+                 "this log ("
+              << insp->problems.size() << " problem" << (insp->problems.size() == 1 ? "" : "s")
+              << ")\n";
+    return exit_refused;
+  }
+  bool gone = false;
+  for (auto& pp : insp->plan.partitions)
+    if (pp.low > 0) {
+      std::cerr << "audit: cannot prove: partition " << pp.partition << " low=" << pp.low
+                << " > 0, history is gone\n";
+      gone = true;
+    }
+  if (gone)
+    return exit_refused;
+
+  // 2. Replay [0, next_offset) of every partition.
+  std::vector<partition_progress> parts;
+  for (auto& pp : insp->plan.partitions) {
+    partition_progress p;
+    p.partition = pp.partition;
+    p.target = pp.checkpoint.value_or(0);
+    parts.push_back(std::move(p));
+  }
+  model m;
+  auto t0 = clock_type::now();
+  if (int rc = replay(s, parts, m); rc >= 0)
+    return rc;
+  auto t1 = clock_type::now();
+
+  // 3. Diff with Redis.
+  findings f;
+  if (int rc = diff(s, m, f); rc >= 0)
+    return rc;
+  auto t2 = clock_type::now();
+
+  // 4. Report.
+  auto ms = [](auto d) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+  };
+  uint64_t records = 0;
+  std::cout << "audit of topic " << s.projection.topic << " (cluster " << insp->broker.cluster_id
+            << ", topic id " << insp->broker.topic_id << "), namespace " << s.projection.ns
+            << ", sets " << s.projection.convs_prefix << "{user}\n";
+  std::cout << "replayed (read_committed, from offset 0 up to each checkpoint):\n";
+  std::vector<std::string> behind;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    auto& p = parts[i];
+    auto& pp = insp->plan.partitions[i];
+    records += p.records;
+    std::cout << "  partition " << p.partition << ": offsets [0, " << p.target << ") "
+              << p.records << " records" << (pp.checkpoint ? "" : " (no checkpoint)") << '\n';
+    if (p.target < pp.high)
+      behind.push_back("partition " + std::to_string(p.partition) + " next_offset "
+                       + std::to_string(p.target) + " < high " + std::to_string(pp.high));
+  }
+  std::cout << "records: " << records << " in " << ms(t1 - t0) << " ms\n";
+  std::cout << "model: " << m.users.size() << " users, " << m.entries
+            << " entries, " << m.convs.size() << " distinct conversations, ~"
+            << (m.approx_bytes() + (1 << 20) - 1) / (1 << 20)
+            << " MiB (memory grows with users x conversations per user, ~50 bytes per entry)\n";
+  std::cout << "checked: " << f.users_checked << " users, " << f.entries_checked
+            << " entries, " << f.members_read << " members read from Redis in " << ms(t2 - t1)
+            << " ms\n";
+  std::cout << "missing: " << f.missing << "\n";
+  std::cout << "stale: " << f.stale << "\n";
+  std::cout << "unknown: " << f.unknown << "\n";
+  std::cout << "ahead: " << f.ahead << " (informational, not a difference)\n";
+  if (f.unreadable_keys > 0)
+    std::cout << "unreadable keys: " << f.unreadable_keys << " (their entries count as missing)\n";
+  print_samples("missing", f.missing_samples);
+  print_samples("unreadable", f.unreadable_samples);
+  print_samples("stale", f.stale_samples);
+  print_samples("unknown", f.unknown_samples);
+  print_samples("ahead", f.ahead_samples);
+  if (f.unknown > 0)
+    std::cout << "note: unknown members are members of these users' sets that the log below the "
+                 "checkpoints never produced for that user; during a temporary dual write the "
+                 "old TCP path (session_tx) may have written them, and records after a "
+                 "checkpoint (an unfinished batch, a running node) may have too\n";
+  if (f.ahead > 0)
+    std::cout << "note: a score above the log's is possible only from records after the "
+                 "checkpoint (or a checkpoint-less writer such as the dual write)\n";
+  if (!behind.empty()) {
+    std::cout << "note: records exist after the checkpoints (";
+    for (size_t i = 0; i < behind.size(); ++i)
+      std::cout << (i ? "; " : "") << behind[i];
+    std::cout << "); audit a caught-up, stopped node for a conclusive result\n";
+  }
+  std::cout << "note: only the sets of users the replayed log addressed are checked\n";
+  bool differs = f.missing > 0 || f.stale > 0 || f.unknown > 0;
+  std::cout << "verdict: " << (differs ? "differences found" : "consistent") << '\n';
+  return differs ? exit_differences : exit_ok;
+}
+
+} // namespace qsp::app

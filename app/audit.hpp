@@ -1,0 +1,23 @@
+// `audit`: replays the dispatch log from offset 0 up to the stored checkpoints
+// into an in-memory model (user -> conversation -> max created_at) and diffs it
+// with the session sets in Redis.
+//
+// Exit codes: 0 consistent · 5 differences found (missing, stale or unknown
+// members) · 3 cannot prove (stored state invalid, a partition's low > 0, or
+// an undecodable record below a checkpoint) · 4 a dependency is unreachable or
+// the broker stopped delivering.
+//
+// Memory: the model holds one entry per distinct (user, conversation) pair of
+// the replayed history (about 50 bytes plus the user id once per user;
+// conversation ids are interned, stored once each).  It does not grow with the
+// number of records beyond that, but it does grow with users × conversations
+// per user, so auditing a large history needs memory of that order.
+#pragma once
+
+#include "app/node_config.hpp"
+
+namespace qsp::app {
+
+int cmd_audit(const node_settings& s);
+
+} // namespace qsp::app

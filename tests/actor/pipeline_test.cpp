@@ -1,0 +1,349 @@
+// The pipeline without faults: catch-up, readiness, the PULL gate, appends
+// during catch-up, transaction markers and aborted transactions.
+#define CAF_SUITE pipeline
+
+#include "tests/actor/fixture.hpp"
+
+using namespace qsp;
+using namespace qsp::test;
+
+namespace {
+
+struct fixture : projection_fixture {};
+
+bool all_reached(const std::shared_ptr<fake_world>& w, const std::map<int32_t, int64_t>& h0) {
+  for (auto& [p, target] : h0)
+    if (w->checkpoint(p).value_or(0) < target)
+      return false;
+  return true;
+}
+
+} // namespace
+
+CAF_TEST_FIXTURE_SCOPE(pipeline_tests, fixture)
+
+CAF_TEST(happy path: three partitions catch up and the gate opens) {
+  fill(0, 40);
+  fill(1, 17);
+  // Partition 2 stays empty: H0 = 0, ready from the start.
+  h0 = world->lsos();
+  start();
+  // Before the first verification the gate is closed.
+  auto early = pull("u1", 10);
+  CAF_REQUIRE(!early);
+  CAF_CHECK(has_code(early.error(), ec::not_ready));
+  CAF_REQUIRE(drive_to("ready"));
+  CAF_CHECK(saw("verifying"));
+  CAF_CHECK(saw("catching-up"));
+  CAF_CHECK_EQUAL(count_state("ready"), 1u);
+  CAF_CHECK(!saw("dirty"));
+  // Checkpoints at H0 (an empty partition needs none).
+  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{40});
+  CAF_CHECK(world->checkpoint(1) == std::optional<int64_t>{17});
+  CAF_CHECK(world->checkpoint(2).value_or(0) == 0);
+  CAF_CHECK(world->sessions == expected_sessions());
+  // Meta was created with the broker's identity.
+  CAF_REQUIRE(world->has_meta());
+  CAF_CHECK(world->hashes[world->meta_key()] == core::encode_meta(world->identity()));
+  CAF_CHECK_EQUAL(world->calls.create_meta, 1u);
+  // Status: ready, H0 and positions per partition, counters.
+  auto st = status();
+  CAF_REQUIRE(st);
+  CAF_CHECK(st->ready);
+  CAF_CHECK_EQUAL(st->state, "ready");
+  CAF_REQUIRE_EQUAL(st->partitions.size(), 3u);
+  for (auto& ps : st->partitions) {
+    CAF_CHECK_EQUAL(ps.start, 0);
+    CAF_CHECK_EQUAL(ps.h0, h0[ps.partition]);
+    CAF_CHECK_EQUAL(ps.next_offset, h0[ps.partition]);
+  }
+  CAF_CHECK_EQUAL(st->records, 57u);
+  CAF_CHECK_EQUAL(st->restarts, 0u);
+  CAF_CHECK_EQUAL(st->true_high.size(), 3u);
+  CAF_CHECK_EQUAL(stats->records.load(), 57u);
+  // PULL_SESSION_LIST: newest first, limited.
+  auto all = pull("u1", 100);
+  CAF_REQUIRE(all);
+  auto want = expected_sessions()["u1"];
+  CAF_REQUIRE_EQUAL(all->size(), want.size());
+  for (size_t i = 1; i < all->size(); ++i)
+    CAF_CHECK_GREATER_OR_EQUAL((*all)[i - 1].last_active, (*all)[i].last_active);
+  for (auto& e : *all)
+    CAF_CHECK_EQUAL(want[e.conversation_id], e.last_active);
+  auto top = pull("u1", 3);
+  CAF_REQUIRE(top);
+  CAF_REQUIRE_EQUAL(top->size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    CAF_CHECK_EQUAL((*top)[i].conversation_id, (*all)[i].conversation_id);
+    CAF_CHECK_EQUAL((*top)[i].last_active, (*all)[i].last_active);
+  }
+  auto nobody = pull("nobody", 10);
+  CAF_REQUIRE(nobody);
+  CAF_CHECK(nobody->empty());
+  // Idle afterwards: polling goes on, nothing more is written.
+  auto writes = world->calls.write_checkpoint;
+  run_for(500ms);
+  CAF_CHECK_EQUAL(world->calls.write_checkpoint, writes);
+  CAF_CHECK_EQUAL(state(), "ready");
+}
+
+CAF_TEST(pull answers newest first across partitions) {
+  world->append(0, "old", 100, {"alice"});
+  world->append(1, "newest", 900, {"alice", "bob"});
+  world->append(2, "middle", 500, {"alice"});
+  world->append(0, "newer", 700, {"alice"});
+  world->append(2, "old", 50, {"alice"}); // older duplicate: GT keeps 100
+  start();
+  CAF_REQUIRE(drive_to("ready"));
+  auto l = pull("alice", 10);
+  CAF_REQUIRE(l);
+  std::vector<std::pair<std::string, int64_t>> got;
+  for (auto& e : *l)
+    got.emplace_back(e.conversation_id, e.last_active);
+  std::vector<std::pair<std::string, int64_t>> want{
+    {"newest", 900}, {"newer", 700}, {"middle", 500}, {"old", 100}};
+  CAF_CHECK(got == want);
+  auto two = pull("alice", 2);
+  CAF_REQUIRE(two);
+  CAF_REQUIRE_EQUAL(two->size(), 2u);
+  CAF_CHECK_EQUAL((*two)[1].conversation_id, "newer");
+  auto bob = pull("bob", 10);
+  CAF_REQUIRE(bob);
+  CAF_REQUIRE_EQUAL(bob->size(), 1u);
+  CAF_CHECK_EQUAL((*bob)[0].conversation_id, "newest");
+}
+
+CAF_TEST(readiness opens exactly when the last partition reaches H0) {
+  fill(0, 5);
+  fill(1, 3);
+  fill(2, 200);
+  settings.max_batch_records = 7; // partition 2 needs 29 batches
+  h0 = world->lsos();
+  start();
+  // Step until the fast partitions are done while partition 2 still lags.
+  CAF_REQUIRE(drive([&] {
+    return world->checkpoint(0).value_or(0) == 5 && world->checkpoint(1).value_or(0) == 3
+           && world->checkpoint(2).value_or(0) > 0;
+  }));
+  CAF_REQUIRE_LESS(world->checkpoint(2).value_or(0), 200);
+  CAF_CHECK_EQUAL(state(), "catching-up");
+  auto mid = status();
+  CAF_REQUIRE(mid);
+  CAF_CHECK(!mid->ready);
+  CAF_REQUIRE_EQUAL(mid->partitions.size(), 3u);
+  CAF_CHECK_EQUAL(mid->partitions[2].h0, 200);
+  CAF_CHECK_LESS(mid->partitions[2].next_offset, 200);
+  auto gate = pull("u1", 10);
+  CAF_REQUIRE(!gate);
+  CAF_CHECK(has_code(gate.error(), ec::not_ready));
+  // Not ready at any step before partition 2's checkpoint reaches 200 (the
+  // invariant checker asserts that after every job) ...
+  CAF_REQUIRE(drive([&] { return all_reached(world, h0); }));
+  CAF_CHECK_EQUAL(world->checkpoint(2).value_or(0), 200);
+  CAF_CHECK(!saw("ready"));
+  // ... and ready right after it, without any timer.
+  auto t = now();
+  sched.run();
+  CAF_CHECK(now() == t);
+  CAF_CHECK_EQUAL(state(), "ready");
+  CAF_CHECK(world->sessions == expected_sessions());
+}
+
+CAF_TEST(records appended during catch-up are consumed without moving H0) {
+  fill(0, 50);
+  fill(1, 5);
+  settings.max_batch_records = 10;
+  h0 = world->lsos();
+  start();
+  CAF_REQUIRE(drive([&] { return world->checkpoint(0).value_or(0) >= 10; }));
+  CAF_REQUIRE(!saw("ready"));
+  fill(0, 20);
+  fill(1, 5);
+  fill(2, 3);
+  CAF_REQUIRE(drive_to("ready"));
+  auto st = status();
+  CAF_REQUIRE(st);
+  CAF_REQUIRE_EQUAL(st->partitions.size(), 3u);
+  CAF_CHECK_EQUAL(st->partitions[0].h0, 50);
+  CAF_CHECK_EQUAL(st->partitions[1].h0, 5);
+  CAF_CHECK_EQUAL(st->partitions[2].h0, 0);
+  // Consumption goes on past H0.
+  CAF_REQUIRE(drive([&] {
+    return world->checkpoint(0).value_or(0) == 70 && world->checkpoint(1).value_or(0) == 10
+           && world->checkpoint(2).value_or(0) == 3;
+  }));
+  st = status();
+  CAF_REQUIRE(st);
+  CAF_CHECK_EQUAL(st->partitions[0].h0, 50);
+  CAF_CHECK_EQUAL(st->partitions[0].next_offset, 70);
+  CAF_CHECK_GREATER(st->partitions[0].next_offset, st->partitions[0].h0);
+  CAF_CHECK_EQUAL(st->partitions[2].next_offset, 3);
+  CAF_CHECK(st->ready);
+  CAF_CHECK(world->sessions == expected_sessions());
+  CAF_CHECK_EQUAL(count_state("ready"), 1u);
+}
+
+CAF_TEST(transaction markers at the end and an aborted transaction in the middle) {
+  // p0: data, then a committed transaction: the log ends in its marker.  12
+  // data records fill 4 batches of 3 exactly, so the EOF comes in a poll of
+  // its own, after the marker.
+  fill(0, 10);
+  auto t0 = world->begin_txn(0);
+  for (int i = 0; i < 2; ++i)
+    world->append_txn(0, t0, core::dispatch{"p0-txn-" + std::to_string(i), 5000 + i, {"u1"}});
+  world->commit_txn(0, t0);
+  // p1: data, an aborted transaction, more data.
+  fill(1, 4);
+  auto t1 = world->begin_txn(1);
+  for (int i = 0; i < 3; ++i)
+    world->append_txn(1, t1, core::dispatch{"aborted-" + std::to_string(i), 9000 + i, {"u2", "u3"}});
+  world->abort_txn(1, t1);
+  fill(1, 4);
+  // p2: markers of empty transactions, then an aborted one ends the log.
+  world->commit_txn(2, world->begin_txn(2));
+  world->commit_txn(2, world->begin_txn(2));
+  auto t2 = world->begin_txn(2);
+  world->append_txn(2, t2, core::dispatch{"aborted-at-end", 1, {"u2"}});
+  world->append_txn(2, t2, core::dispatch{"aborted-at-end", 2, {"u2"}});
+  world->abort_txn(2, t2);
+  h0 = world->lsos();
+  CAF_REQUIRE_EQUAL(h0[0], 13);
+  CAF_REQUIRE_EQUAL(h0[1], 12);
+  CAF_REQUIRE_EQUAL(h0[2], 5);
+  settings.max_batch_records = 3;
+  start();
+  CAF_REQUIRE(drive_to("ready"));
+  CAF_CHECK(world->checkpoints() == h0);
+  CAF_CHECK(world->sessions == expected_sessions());
+  for (int i = 0; i < 3; ++i)
+    CAF_CHECK(!world->score("u2", "aborted-" + std::to_string(i)));
+  CAF_CHECK(!world->score("u2", "aborted-at-end"));
+  for (int i = 0; i < 2; ++i)
+    CAF_CHECK(world->score("u1", "p0-txn-" + std::to_string(i)) == std::optional<int64_t>{5000 + i});
+}
+
+CAF_TEST(an open transaction pins H0 at the LSO and is projected once committed) {
+  fill(0, 5);
+  auto t = world->begin_txn(0);
+  world->append_txn(0, t, core::dispatch{"pending-1", 7000, {"u9"}});
+  world->append_txn(0, t, core::dispatch{"pending-2", 7001, {"u9"}});
+  fill(0, 2); // after the open transaction: above the LSO too
+  CAF_REQUIRE_EQUAL(world->lso(0), 5);
+  CAF_REQUIRE_EQUAL(world->end(0), 9);
+  h0 = world->lsos();
+  start();
+  CAF_REQUIRE(drive_to("ready"));
+  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{5});
+  auto st = status();
+  CAF_REQUIRE(st);
+  CAF_CHECK_EQUAL(st->partitions[0].h0, 5);
+  CAF_CHECK_EQUAL(st->true_high[0], 9);
+  run_for(200ms);
+  CAF_CHECK(!world->score("u9", "pending-1"));
+  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{5});
+  world->commit_txn(0, t);
+  CAF_REQUIRE(drive([&] { return world->checkpoint(0).value_or(0) == 10; }));
+  CAF_CHECK(world->score("u9", "pending-2") == std::optional<int64_t>{7001});
+  CAF_CHECK(world->sessions == expected_sessions());
+  CAF_CHECK_EQUAL(state(), "ready");
+}
+
+CAF_TEST(a restart at the checkpoints is ready at once and writes nothing) {
+  fill(0, 8);
+  fill(1, 3);
+  seed_checkpoints({{0, 8}, {1, 3}});
+  start();
+  CAF_REQUIRE(drive_to("ready"));
+  CAF_CHECK_EQUAL(world->calls.apply, 0u);
+  CAF_CHECK_EQUAL(world->calls.create_meta, 0u);
+  CAF_CHECK(world->checkpoints() == (std::map<int32_t, int64_t>{{0, 8}, {1, 3}}));
+  // Resuming mid-log: only the records after the checkpoint are projected.
+  fill(0, 4);
+  CAF_REQUIRE(drive([&] { return world->checkpoint(0).value_or(0) == 12; }));
+  CAF_CHECK(world->sessions == expected_sessions());
+  CAF_CHECK(!world->score("u0", "p0-c0"));
+}
+
+CAF_TEST(resume from stored checkpoints mid-log) {
+  fill(0, 30);
+  fill(1, 30);
+  fill(2, 30);
+  seed_checkpoints({{0, 10}, {1, 30}, {2, 0}});
+  settings.max_batch_records = 4;
+  h0 = world->lsos();
+  start();
+  CAF_REQUIRE(drive_to("ready"));
+  auto st = status();
+  CAF_REQUIRE(st);
+  CAF_CHECK_EQUAL(st->partitions[0].start, 10);
+  CAF_CHECK_EQUAL(st->partitions[1].start, 30);
+  CAF_CHECK_EQUAL(st->partitions[2].start, 0);
+  CAF_CHECK(world->checkpoints() == h0);
+  CAF_CHECK(world->sessions == expected_sessions());
+  CAF_CHECK(!world->score("u0", "p0-c5"));
+}
+
+CAF_TEST(records without recipients advance the checkpoint) {
+  world->append(0, "nobody-1", 10, {});
+  world->append(0, "nobody-2", 11, {});
+  world->append(0, "somebody", 12, {"u1"});
+  world->append(0, "nobody-3", 13, {});
+  world->append(1, "nobody-4", 14, {}); // a batch without any ZADD
+  settings.max_batch_records = 2;
+  h0 = world->lsos();
+  start();
+  CAF_REQUIRE(drive_to("ready"));
+  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{4});
+  CAF_CHECK(world->checkpoint(1) == std::optional<int64_t>{1});
+  CAF_CHECK(world->sessions == expected_sessions());
+  CAF_CHECK_EQUAL(world->sessions.size(), 1u);
+}
+
+CAF_TEST(one batch with a conversation twice stores the newest created_at) {
+  world->append(0, "c", 300, {"u1", "u2"});
+  world->append(0, "c", 100, {"u1"});
+  world->append(0, "c", 200, {"u2"});
+  world->append(0, "c", 400, {"u2"});
+  start();
+  CAF_REQUIRE(drive_to("ready"));
+  CAF_CHECK(world->score("u1", "c") == std::optional<int64_t>{300});
+  CAF_CHECK(world->score("u2", "c") == std::optional<int64_t>{400});
+  CAF_CHECK_EQUAL(world->calls.apply, 1u);
+}
+
+CAF_TEST(shutdown stops the pipeline) {
+  fill(0, 50);
+  settings.max_batch_records = 5;
+  start();
+  CAF_REQUIRE(drive([&] { return world->checkpoint(0).value_or(0) >= 10; }));
+  self->send(proj, atom::shutdown_v);
+  run_for(1s);
+  CAF_CHECK_EQUAL(state(), "stopped");
+  auto writes = world->calls.write_checkpoint;
+  auto polls = world->calls.poll;
+  run_for(1s);
+  CAF_CHECK_EQUAL(world->calls.write_checkpoint, writes);
+  CAF_CHECK_EQUAL(world->calls.poll, polls);
+  CAF_CHECK_LESS(world->checkpoint(0).value_or(0), 50);
+  auto st = status(); // the projection actor is gone
+  CAF_CHECK(!st);
+}
+
+CAF_TEST(garbage inside an aborted transaction is never read) {
+  fill(0, 3);
+  auto t = world->begin_txn(0);
+  world->append_txn(0, t, core::dispatch{"ok", 1, {"u1"}});
+  {
+    std::lock_guard<std::recursive_mutex> g{world->mtx};
+    world->part(0).log.push_back(log_entry{world->end(0), "garbage", entry_kind::data, t});
+  }
+  world->abort_txn(0, t);
+  fill(0, 3);
+  start();
+  CAF_REQUIRE(drive_to("ready"));
+  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{world->end(0)});
+  CAF_CHECK(!world->score("u1", "ok"));
+  CAF_CHECK(world->sessions == expected_sessions());
+}
+
+CAF_TEST_FIXTURE_SCOPE_END()

@@ -1,0 +1,584 @@
+#include "tests/support/fakes.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace qsp::test {
+
+namespace {
+
+using lock = std::lock_guard<std::recursive_mutex>;
+
+caf::error failure(const fault& f, ec fallback, const std::string& what) {
+  auto code = f.code == ec::unspecified ? fallback : f.code;
+  return caf::make_error(code, "fake: injected failure: " + what);
+}
+
+} // namespace
+
+bool fault::fire() {
+  if (count == 0)
+    return false;
+  if (skip > 0) {
+    --skip;
+    return false;
+  }
+  if (count > 0)
+    --count;
+  return true;
+}
+
+std::string to_string(entry_kind k) {
+  switch (k) {
+    case entry_kind::data: return "data";
+    case entry_kind::marker: return "marker";
+    case entry_kind::aborted: return "aborted";
+  }
+  return "?";
+}
+
+int64_t fake_partition::lso() const {
+  int64_t result = end();
+  for (auto& [txn, first] : open)
+    result = std::min(result, first);
+  return result;
+}
+
+// -- fake_world: log ---------------------------------------------------------------
+
+fake_world::fake_world(int32_t partition_count)
+  : topic_id(default_topic_id()), partitions(static_cast<size_t>(partition_count)) {}
+
+std::string fake_world::default_topic_id(uint64_t n) {
+  return core::kafka_uuid_text(0x0123456789abcdefULL ^ n, 0xfedcba9876543210ULL + n);
+}
+
+fake_partition& fake_world::part(int32_t p) {
+  if (p < 0 || p >= partition_count())
+    throw std::out_of_range("fake_world: no partition " + std::to_string(p));
+  return partitions[static_cast<size_t>(p)];
+}
+
+const fake_partition& fake_world::part(int32_t p) const {
+  return const_cast<fake_world*>(this)->part(p);
+}
+
+int64_t fake_world::append_raw(int32_t p, std::string value) {
+  lock g{mtx};
+  auto& fp = part(p);
+  fp.log.push_back(log_entry{fp.end(), std::move(value), entry_kind::data, 0});
+  return fp.log.back().offset;
+}
+
+int64_t fake_world::append(int32_t p, const core::dispatch& d) {
+  return append_raw(p, core::encode_json(d));
+}
+
+int64_t fake_world::append(int32_t p, std::string conversation, int64_t created_at,
+                           std::vector<std::string> recipients) {
+  return append(p, core::dispatch{std::move(conversation), created_at, std::move(recipients)});
+}
+
+int64_t fake_world::append_marker(int32_t p) {
+  lock g{mtx};
+  auto& fp = part(p);
+  fp.log.push_back(log_entry{fp.end(), {}, entry_kind::marker, 0});
+  return fp.log.back().offset;
+}
+
+int64_t fake_world::begin_txn(int32_t p) {
+  lock g{mtx};
+  auto& fp = part(p);
+  auto id = ++last_txn;
+  fp.open.emplace(id, fp.end());
+  return id;
+}
+
+int64_t fake_world::append_txn(int32_t p, int64_t txn, const core::dispatch& d) {
+  lock g{mtx};
+  auto& fp = part(p);
+  if (fp.open.count(txn) == 0)
+    throw std::logic_error("fake_world: transaction not open");
+  fp.log.push_back(log_entry{fp.end(), core::encode_json(d), entry_kind::data, txn});
+  return fp.log.back().offset;
+}
+
+int64_t fake_world::commit_txn(int32_t p, int64_t txn) {
+  lock g{mtx};
+  auto& fp = part(p);
+  if (fp.open.erase(txn) == 0)
+    throw std::logic_error("fake_world: transaction not open");
+  fp.log.push_back(log_entry{fp.end(), {}, entry_kind::marker, txn});
+  return fp.log.back().offset;
+}
+
+int64_t fake_world::abort_txn(int32_t p, int64_t txn) {
+  lock g{mtx};
+  auto& fp = part(p);
+  if (fp.open.erase(txn) == 0)
+    throw std::logic_error("fake_world: transaction not open");
+  for (auto& e : fp.log)
+    if (e.txn == txn && e.kind == entry_kind::data)
+      e.kind = entry_kind::aborted;
+  fp.log.push_back(log_entry{fp.end(), {}, entry_kind::marker, txn});
+  return fp.log.back().offset;
+}
+
+void fake_world::truncate(int32_t p, int64_t low) {
+  lock g{mtx};
+  auto& fp = part(p);
+  fp.low = std::min(std::max(fp.low, low), fp.end());
+}
+
+core::watermarks fake_world::marks(int32_t p) const {
+  lock g{mtx};
+  auto& fp = part(p);
+  return core::watermarks{fp.low, fp.lso()};
+}
+
+std::map<int32_t, int64_t> fake_world::lsos() const {
+  lock g{mtx};
+  std::map<int32_t, int64_t> out;
+  for (int32_t p = 0; p < partition_count(); ++p)
+    out[p] = lso(p);
+  return out;
+}
+
+// -- fake_world: Redis -------------------------------------------------------------
+
+core::identity fake_world::identity() const {
+  lock g{mtx};
+  return core::identity{topic, partition_count(), cluster_id, topic_id};
+}
+
+std::string fake_world::meta_key() const { return ns + ":meta"; }
+
+std::string fake_world::checkpoint_prefix() const { return ns + ":checkpoint:" + topic + ":"; }
+
+std::string fake_world::checkpoint_key(int32_t p) const {
+  return checkpoint_prefix() + std::to_string(p);
+}
+
+bool fake_world::has_meta() const {
+  lock g{mtx};
+  return hashes.count(meta_key()) > 0;
+}
+
+std::optional<int64_t> fake_world::checkpoint(int32_t p) const {
+  lock g{mtx};
+  auto i = hashes.find(checkpoint_key(p));
+  if (i == hashes.end())
+    return std::nullopt;
+  auto f = i->second.find(std::string{core::fields::next_offset});
+  if (f == i->second.end())
+    return std::nullopt;
+  return core::parse_decimal(f->second);
+}
+
+std::map<int32_t, int64_t> fake_world::checkpoints() const {
+  lock g{mtx};
+  std::map<int32_t, int64_t> out;
+  for (int32_t p = 0; p < partition_count(); ++p)
+    if (auto cp = checkpoint(p))
+      out[p] = *cp;
+  return out;
+}
+
+void fake_world::put_meta(const core::identity& id) {
+  lock g{mtx};
+  hashes[meta_key()] = core::encode_meta(id);
+}
+
+void fake_world::put_checkpoint(const core::identity& id, int32_t p, int64_t next_offset) {
+  lock g{mtx};
+  hashes[checkpoint_key(p)] = core::encode_checkpoint(id, p, next_offset);
+}
+
+void fake_world::set_next_offset(int32_t p, int64_t next_offset) {
+  lock g{mtx};
+  hashes[checkpoint_key(p)][std::string{core::fields::next_offset}] = core::to_decimal(next_offset);
+}
+
+std::optional<int64_t> fake_world::score(const std::string& user, const std::string& conv) const {
+  lock g{mtx};
+  auto u = sessions.find(user);
+  if (u == sessions.end())
+    return std::nullopt;
+  auto c = u->second.find(conv);
+  if (c == u->second.end())
+    return std::nullopt;
+  return c->second;
+}
+
+void fake_world::maybe_change_identity() {
+  if (change_identity_after < 0)
+    return;
+  if (change_identity_after == 0) {
+    if (!changed_topic_id.empty())
+      topic_id = changed_topic_id;
+    if (!changed_cluster_id.empty())
+      cluster_id = changed_cluster_id;
+    change_identity_after = -1;
+    return;
+  }
+  --change_identity_after;
+}
+
+// -- broker inspector --------------------------------------------------------------
+
+caf::expected<broker_state> fake_broker_inspector::inspect(const std::string& topic) {
+  lock g{w_->mtx};
+  ++w_->calls.inspect;
+  w_->maybe_change_identity();
+  if (w_->inspect_fault.fire())
+    return failure(w_->inspect_fault, ec::kafka_unavailable, "describe topic " + topic);
+  if (topic != w_->topic) // like kafka/admin.cpp: a missing topic is a fact, not an outage
+    return caf::make_error(ec::refused, "topic " + topic + " does not exist on the broker");
+  broker_state st;
+  st.cluster_id = w_->cluster_id;
+  st.topic_id = w_->topic_id;
+  st.partition_count =
+    w_->reported_partition_count >= 0 ? w_->reported_partition_count : w_->partition_count();
+  st.retention_ms = w_->retention_ms;
+  for (int32_t p = 0; p < w_->partition_count(); ++p) {
+    st.marks.push_back(w_->marks(p));
+    st.true_high.push_back(w_->end(p));
+  }
+  if (w_->on_inspect)
+    w_->on_inspect();
+  return st;
+}
+
+caf::expected<broker_state> fake_broker_inspector::identity(const std::string& topic) {
+  lock g{w_->mtx};
+  ++w_->calls.identity;
+  w_->maybe_change_identity();
+  if (w_->identity_fault.fire())
+    return failure(w_->identity_fault, ec::kafka_unavailable, "describe cluster");
+  if (topic != w_->topic) // like kafka/admin.cpp: a missing topic is a fact, not an outage
+    return caf::make_error(ec::refused, "topic " + topic + " does not exist on the broker");
+  broker_state st;
+  st.cluster_id = w_->cluster_id;
+  st.topic_id = w_->topic_id;
+  st.partition_count =
+    w_->reported_partition_count >= 0 ? w_->reported_partition_count : w_->partition_count();
+  return st;
+}
+
+// -- checkpoint store --------------------------------------------------------------
+
+caf::expected<std::string> fake_checkpoint_store::server_version() {
+  lock g{w_->mtx};
+  ++w_->calls.server_version;
+  if (w_->version_fault.fire())
+    return failure(w_->version_fault, ec::redis_unavailable, "INFO server");
+  return w_->server_version;
+}
+
+caf::expected<core::stored_state> fake_checkpoint_store::read(const std::string& topic) {
+  lock g{w_->mtx};
+  ++w_->calls.read;
+  if (w_->read_fault.fire())
+    return failure(w_->read_fault, ec::redis_unavailable, "checkpoint read script");
+  core::stored_state st;
+  auto meta = w_->meta_key();
+  if (auto i = w_->hashes.find(meta); i != w_->hashes.end())
+    st.meta = i->second;
+  else if (w_->strings.count(meta) > 0)
+    st.meta = core::hash_fields{}; // wrong type: every field missing
+  auto prefix = w_->ns + ":checkpoint:" + topic + ":";
+  auto matches = [&](const std::string& k) { return k.compare(0, prefix.size(), prefix) == 0; };
+  for (auto& [k, h] : w_->hashes)
+    if (matches(k))
+      st.checkpoints[k.substr(prefix.size())] = h;
+  for (auto& [k, s] : w_->strings)
+    if (matches(k))
+      st.checkpoints[k.substr(prefix.size())] = core::hash_fields{};
+  return st;
+}
+
+caf::expected<bool> fake_checkpoint_store::create_meta(const core::identity& id) {
+  lock g{w_->mtx};
+  ++w_->calls.create_meta;
+  if (w_->create_meta_fault.fire())
+    return failure(w_->create_meta_fault, ec::redis_unavailable, "create meta script");
+  auto meta = w_->meta_key();
+  if (w_->hashes.count(meta) > 0 || w_->strings.count(meta) > 0)
+    return false;
+  auto prefix = w_->ns + ":checkpoint:" + id.topic + ":";
+  auto matches = [&](const std::string& k) { return k.compare(0, prefix.size(), prefix) == 0; };
+  bool any = std::any_of(w_->hashes.begin(), w_->hashes.end(),
+                         [&](auto& kv) { return matches(kv.first); })
+             || std::any_of(w_->strings.begin(), w_->strings.end(),
+                            [&](auto& kv) { return matches(kv.first); });
+  if (any)
+    return caf::make_error(ec::refused, "meta: field meta: stored \"<absent>\", observed \""
+                                          + meta + "\": checkpoints exist but meta is missing");
+  w_->hashes[meta] = core::encode_meta(id);
+  return true;
+}
+
+caf::expected<void> fake_checkpoint_store::write_checkpoint(const core::identity& id,
+                                                            int32_t partition, int64_t expected,
+                                                            int64_t next_offset) {
+  lock g{w_->mtx};
+  ++w_->calls.write_checkpoint;
+  if (w_->write_fault.fire())
+    return failure(w_->write_fault, ec::redis_unavailable, "guarded checkpoint write");
+  // The Lua script of redis/stores.cpp, step by step.
+  auto meta_key = w_->meta_key();
+  auto cp_key = w_->ns + ":checkpoint:" + id.topic + ":" + std::to_string(partition);
+  auto type_of = [&](const std::string& k) -> std::string {
+    if (w_->hashes.count(k) > 0)
+      return "hash";
+    if (w_->strings.count(k) > 0)
+      return "string";
+    return "none";
+  };
+  auto hget = [&](const std::string& k, const std::string& f) -> std::optional<std::string> {
+    auto i = w_->hashes.find(k);
+    if (i == w_->hashes.end())
+      return std::nullopt;
+    auto j = i->second.find(f);
+    if (j == i->second.end())
+      return std::nullopt;
+    return j->second;
+  };
+  auto shown = [](const std::optional<std::string>& v) {
+    return v ? *v : std::string{core::absent};
+  };
+  const std::vector<std::pair<std::string, std::string>> ident{
+    {std::string{core::fields::format_version}, core::to_decimal(core::format_version)},
+    {std::string{core::fields::dispatch_topic}, id.topic},
+    {std::string{core::fields::partition_count}, core::to_decimal(id.partition_count)},
+    {std::string{core::fields::cluster_id}, id.cluster_id},
+    {std::string{core::fields::topic_id}, id.topic_id},
+  };
+  std::string res = "ok";
+  [&] {
+    if (auto t = type_of(meta_key); t != "hash") {
+      res = "meta|type|" + t;
+      return;
+    }
+    for (auto& [f, v] : ident)
+      if (auto s = hget(meta_key, f); s != v) {
+        res = "meta|" + f + "|" + shown(s);
+        return;
+      }
+    auto t = type_of(cp_key);
+    if (expected < 0) {
+      if (t != "none")
+        res = "checkpoint|next_offset|"
+              + shown(t == "hash" ? hget(cp_key, "next_offset") : std::nullopt);
+      return;
+    }
+    if (t != "hash") {
+      res = "checkpoint|next_offset|<absent>";
+      return;
+    }
+    for (auto& [f, v] : ident)
+      if (auto s = hget(cp_key, f); s != v) {
+        res = "checkpoint|" + f + "|" + shown(s);
+        return;
+      }
+    if (auto s = hget(cp_key, "partition"); s != core::to_decimal(partition)) {
+      res = "checkpoint|partition|" + shown(s);
+      return;
+    }
+    if (auto s = hget(cp_key, "next_offset"); s != core::to_decimal(expected)) {
+      res = "checkpoint|next_offset|" + shown(s);
+      return;
+    }
+  }();
+  if (res != "ok") {
+    ++w_->calls.checkpoint_conflicts;
+    auto a = res.find('|'), b = res.rfind('|');
+    std::string field = a != std::string::npos && b > a ? res.substr(a + 1, b - a - 1) : res;
+    std::string stored = b != std::string::npos ? res.substr(b + 1) : "";
+    std::string mine = field == "next_offset"
+                         ? (expected < 0 ? std::string{"<absent>"} : core::to_decimal(expected))
+                         : "this writer's identity";
+    return caf::make_error(ec::checkpoint_conflict,
+                           "partition " + std::to_string(partition) + ": field " + field + " of "
+                             + res.substr(0, a) + ": stored \"" + stored + "\", expected \""
+                             + mine + "\": the checkpoint changed behind this writer");
+  }
+  // HSET: sets these fields, keeps any others.
+  auto& h = w_->hashes[cp_key];
+  for (auto& [f, v] : ident)
+    h[f] = v;
+  h["partition"] = core::to_decimal(partition);
+  h["next_offset"] = core::to_decimal(next_offset);
+  if (w_->on_checkpoint_written)
+    w_->on_checkpoint_written(partition, next_offset);
+  if (w_->write_lost_reply_fault.fire())
+    return failure(w_->write_lost_reply_fault, ec::redis_unavailable,
+                   "reply to the guarded checkpoint write lost");
+  return caf::unit;
+}
+
+// -- session store -----------------------------------------------------------------
+
+caf::expected<void> fake_session_store::apply(const std::vector<session_update>& updates) {
+  lock g{w_->mtx};
+  ++w_->calls.apply;
+  if (w_->apply_fault.fire())
+    return failure(w_->apply_fault, ec::redis_unavailable, "ZADD pipeline");
+  size_t limit = updates.size();
+  caf::error err;
+  if (w_->partial_apply_fault.fire()) {
+    limit = std::min(limit, w_->partial_apply_writes);
+    err = failure(w_->partial_apply_fault, ec::redis_unavailable,
+                  "connection lost after " + std::to_string(limit) + " ZADD replies");
+  }
+  if (w_->on_apply)
+    w_->on_apply(updates);
+  for (size_t i = 0; i < limit; ++i) {
+    auto& set = w_->sessions[updates[i].user];
+    for (auto& [conv, score] : updates[i].members) {
+      ++w_->calls.zadd_members;
+      auto [it, fresh] = set.emplace(conv, score);
+      if (!fresh && score > it->second) // GT: only ever raise a score
+        it->second = score;
+    }
+  }
+  if (err)
+    return err;
+  return caf::unit;
+}
+
+caf::expected<session_list> fake_session_store::sessions(const std::string& user, size_t limit) {
+  lock g{w_->mtx};
+  ++w_->calls.sessions;
+  if (w_->sessions_fault.fire())
+    return failure(w_->sessions_fault, ec::redis_unavailable, "ZREVRANGE");
+  session_list out;
+  auto u = w_->sessions.find(user);
+  if (u == w_->sessions.end() || limit == 0)
+    return out;
+  for (auto& [conv, score] : u->second)
+    out.push_back(session_entry{conv, score});
+  // ZREVRANGE: score descending, equal scores by member descending.
+  std::sort(out.begin(), out.end(), [](const session_entry& a, const session_entry& b) {
+    if (a.last_active != b.last_active)
+      return a.last_active > b.last_active;
+    return a.conversation_id > b.conversation_id;
+  });
+  if (out.size() > limit)
+    out.resize(limit);
+  return out;
+}
+
+// -- dispatch log ------------------------------------------------------------------
+
+caf::expected<void> fake_partition_reader::poll(size_t max, std::vector<log_record>& out,
+                                                int64_t& passed) {
+  lock g{w_->mtx};
+  ++w_->calls.poll;
+  if ((w_->poll_fault_partition < 0 || w_->poll_fault_partition == partition_)
+      && w_->poll_fault.fire())
+    return failure(w_->poll_fault, ec::kafka_read,
+                   "topic " + w_->topic + " partition " + std::to_string(partition_));
+  auto& fp = w_->part(partition_);
+  if (pos_ < fp.low)
+    return caf::make_error(ec::kafka_read, "fake: topic " + w_->topic + " partition "
+                                             + std::to_string(partition_) + " offset "
+                                             + std::to_string(pos_)
+                                             + ": offset out of range (deleted by retention)");
+  auto stable = fp.lso();
+  size_t delivered = 0;
+  while (pos_ < stable && delivered < max) {
+    auto& e = fp.log[static_cast<size_t>(pos_)];
+    if (e.kind == entry_kind::data) {
+      out.push_back(log_record{e.offset, e.value, 1700000000000 + e.offset});
+      ++delivered;
+    }
+    ++pos_;
+  }
+  // Partition EOF: once per position reached, if the batch had room for it.
+  if (pos_ >= stable && delivered < max && eof_reported_ != pos_) {
+    eof_reported_ = pos_;
+    if (pos_ > passed)
+      passed = pos_;
+  }
+  return caf::unit;
+}
+
+caf::expected<void> fake_dispatch_log::start(const std::map<int32_t, int64_t>& starts) {
+  lock g{w_->mtx};
+  ++w_->calls.start;
+  if (w_->start_fault.fire())
+    return failure(w_->start_fault, ec::kafka_unavailable, "query watermarks");
+  for (auto& [p, start] : starts) {
+    if (p < 0 || p >= w_->partition_count())
+      return caf::make_error(ec::kafka_unavailable,
+                             "fake: topic " + w_->topic + " has no partition " + std::to_string(p));
+    // Like rd_kafka_query_watermark_offsets: low and the (true) high watermark.
+    auto low = w_->part(p).low, high = w_->part(p).end();
+    if (start < low || start > high)
+      return caf::make_error(ec::refused, "partition " + std::to_string(p)
+                                            + ": field start: stored \"" + std::to_string(start)
+                                            + "\", observed \"low=" + std::to_string(low)
+                                            + ",high=" + std::to_string(high)
+                                            + "\": start outside the retained range");
+  }
+  starts_ = starts;
+  readers_.clear();
+  return caf::unit;
+}
+
+std::shared_ptr<partition_reader> fake_dispatch_log::reader(int32_t partition) {
+  lock g{w_->mtx};
+  ++w_->calls.reader;
+  auto s = starts_.find(partition);
+  if (s == starts_.end())
+    return nullptr;
+  auto& r = readers_[partition];
+  if (!r)
+    r = std::make_shared<fake_partition_reader>(w_, partition, s->second);
+  return r;
+}
+
+// -- factory -----------------------------------------------------------------------
+
+caf::expected<std::unique_ptr<broker_inspector>> fake_port_factory::make_inspector() {
+  lock g{w_->mtx};
+  ++w_->calls.make_inspector;
+  if (w_->make_inspector_fault.fire())
+    return failure(w_->make_inspector_fault, ec::kafka_unavailable, "admin client");
+  return std::unique_ptr<broker_inspector>{new fake_broker_inspector(w_)};
+}
+
+caf::expected<std::unique_ptr<checkpoint_store>> fake_port_factory::make_checkpoint_store() {
+  lock g{w_->mtx};
+  ++w_->calls.make_checkpoint_store;
+  if (w_->make_checkpoint_store_fault.fire())
+    return failure(w_->make_checkpoint_store_fault, ec::redis_unavailable, "connect");
+  return std::unique_ptr<checkpoint_store>{new fake_checkpoint_store(w_)};
+}
+
+caf::expected<std::unique_ptr<session_store>> fake_port_factory::make_session_store() {
+  lock g{w_->mtx};
+  ++w_->calls.make_session_store;
+  if (w_->make_session_store_fault.fire())
+    return failure(w_->make_session_store_fault, ec::redis_unavailable, "connect");
+  return std::unique_ptr<session_store>{new fake_session_store(w_)};
+}
+
+caf::expected<std::shared_ptr<dispatch_log>> fake_port_factory::make_dispatch_log() {
+  lock g{w_->mtx};
+  ++w_->calls.make_dispatch_log;
+  if (w_->make_dispatch_log_fault.fire())
+    return failure(w_->make_dispatch_log_fault, ec::kafka_unavailable, "consumer");
+  return std::shared_ptr<dispatch_log>{std::make_shared<fake_dispatch_log>(w_)};
+}
+
+std::shared_ptr<fake_world> make_world(int32_t partition_count) {
+  return std::make_shared<fake_world>(partition_count);
+}
+
+std::shared_ptr<fake_port_factory> make_fake_ports(std::shared_ptr<fake_world> w) {
+  return std::make_shared<fake_port_factory>(std::move(w));
+}
+
+} // namespace qsp::test
