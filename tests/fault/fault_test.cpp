@@ -198,6 +198,42 @@ TEST_F(scenario, RedisKilledMidPipelineAndRestartedWithAof) {
   expect_consistent_after_catch_up();
 }
 
+TEST_F(scenario, AFailingZaddReplyNeverLetsTheCheckpointPassItsRecord) {
+  produce(2000);
+  // One user's key has the wrong type: every ZADD for it gets WRONGTYPE.
+  auto c = redis();
+  std::string victim = "u7";
+  test::redis_cmd(*c, {"SET", convs + victim, "not a sorted set"});
+  auto logf = "/tmp/" + test::unique_name("wrongtype") + ".log";
+  auto pid = test::spawn_cli(args("run"), logf);
+  ASSERT_TRUE(eventually([&] { return slurp(logf).find("redis_reply") != std::string::npos; }))
+    << slurp(logf);
+  ++stats().faults;
+  // Let it retry a few times; no checkpoint may pass the first record of the
+  // victim in any partition.
+  std::this_thread::sleep_for(random_ms(500, 1500));
+  int partitions_with_victim = 0;
+  for (auto& [p, recs] : log) {
+    int64_t first = -1;
+    for (auto& [off, d] : recs)
+      if (std::find(d.recipients.begin(), d.recipients.end(), victim) != d.recipients.end()) {
+        first = off;
+        break;
+      }
+    if (first < 0)
+      continue; // the victim never appears in this partition
+    ++partitions_with_victim;
+    EXPECT_LE(checkpoint(*c, p), first) << "partition " << p << " passed a failed record";
+  }
+  ASSERT_GT(partitions_with_victim, 0);
+  test::redis_cmd(*c, {"DEL", convs + victim});
+  EXPECT_TRUE(eventually([&] { return checkpoint(*c, 0) == 2000 && checkpoint(*c, 1) == 2000; }))
+    << slurp(logf);
+  ::kill(pid, SIGTERM);
+  EXPECT_EQ(test::wait_cli(pid), 0);
+  expect_consistent_after_catch_up();
+}
+
 TEST_F(scenario, RedisRestoredFromAnOlderSnapshotIsRepairedByReplay) {
   test::private_redis rdb{"rdb", {}};
   ASSERT_TRUE(rdb.wait_ready());
