@@ -2,7 +2,7 @@
 // Kafka, each scenario checked by an independent oracle (a model of the
 // produced log diffed with Redis) and by "every checkpoint covers only
 // projected records".  Seed: QSP_FAULT_SEED (printed); cycles scale with
-// QSP_FAULT_CYCLES; QSP_FAULT_SOAK_SECONDS repeats the suite for soak runs.
+// QSP_FAULT_CYCLES; scripts/soak repeats the suite with fresh seeds for soak runs.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
