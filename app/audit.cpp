@@ -1,12 +1,11 @@
 #include "app/audit.hpp"
 
+#include <algorithm>
 #include <chrono>
-#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <map>
-#include <set>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -139,11 +138,10 @@ int replay(const node_settings& s, std::vector<partition_progress>& parts, model
   auto log = kafka::dispatch_log_consumer::make(cfg);
   if (!log)
     return fail("consumer", log.error());
-  // The readers come before the assignment: creating one detaches the
-  // partition's queue from the consumer queue for good, whereas a reader made
-  // after assign() leaves a window in which librdkafka forwards fetched
-  // records to the consumer queue, where poll_events() drops them and a later
-  // partition EOF would claim them as passed.
+  // start() detaches every partition's queue before assigning, so each
+  // record reaches its partition's reader (never the consumer queue).
+  if (auto ok = (*log)->start(starts); !ok)
+    return fail("assign", ok.error());
   for (auto& pp : parts) {
     if (pp.done)
       continue;
@@ -154,8 +152,6 @@ int replay(const node_settings& s, std::vector<partition_progress>& parts, model
       return exit_unreachable;
     }
   }
-  if (auto ok = (*log)->start(starts); !ok)
-    return fail("assign", ok.error());
   core::json_decoder decoder;
   core::dispatch d;
   std::string why;
@@ -444,7 +440,8 @@ int cmd_audit(const node_settings& s) {
   std::cout << "model: " << m.users.size() << " users, " << m.entries
             << " entries, " << m.convs.size() << " distinct conversations, ~"
             << (m.approx_bytes() + (1 << 20) - 1) / (1 << 20)
-            << " MiB (memory grows with users x conversations per user, ~50 bytes per entry)\n";
+            << " MiB estimated (the model only; it grows with users x conversations per user,"
+               " ~50 bytes per entry)\n";
   std::cout << "checked: " << f.users_checked << " users, " << f.entries_checked
             << " entries, " << f.members_read << " members read from Redis in " << ms(t2 - t1)
             << " ms\n";

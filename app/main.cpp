@@ -42,7 +42,8 @@ commands:
              exit: 0 would start, 3 would refuse, 4 dependency unreachable, 2 bad usage
   inspect    meta, checkpoints and broker state side by side (--json for machines)
              exit: 0, 4, 2
-  audit      replay the log into a model and diff it with Redis
+  audit      replay the log (low = 0) up to the checkpoints into a model and diff it with Redis
+             exit: 0 consistent, 5 differences found, 3 cannot prove, 4 unreachable, 2 bad usage
 
 options (config file keys are the same, grouped as [group] key=value):
 )";

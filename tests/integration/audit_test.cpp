@@ -49,10 +49,10 @@ struct Audit : ::testing::Test {
     return test::run_cli(a);
   }
 
-  /// Runs catch-up until Redis holds `expected` (default: everything produced).
-  /// A catch-up that advanced its checkpoints past records it never wrote is
-  /// a product bug of the node, not of audit; audit must then see it (exit 5),
-  /// and the test starts the projection over so it can go on testing audit.
+  /// Runs catch-up and checks that Redis holds `expected` (default: everything
+  /// produced).  Should a catch-up ever advance its checkpoints past records it
+  /// never wrote (a node bug, not an audit one), audit must see it (exit 5);
+  /// the test then projects again so that it can go on testing audit.
   void catch_up(int partitions, const test::model* expected = nullptr) {
     const auto& want = expected != nullptr ? *expected : model;
     for (int attempt = 0; attempt < 5; ++attempt) {
