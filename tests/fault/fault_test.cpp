@@ -135,10 +135,14 @@ struct scenario : ::testing::Test {
     }
   }
 
-  /// Final oracle: catch-up, then Redis equals the model of the whole log.
+  /// Final oracle: catch-up, then `audit` says consistent and Redis equals
+  /// the test's own model of the whole log.
   void expect_consistent_after_catch_up() {
     auto r = test::run_cli(args("catch-up"));
     ASSERT_EQ(r.rc, 0) << r.err;
+    auto audit = test::run_cli(args("audit"));
+    EXPECT_EQ(audit.rc, 0) << audit.out << audit.err;
+    EXPECT_NE(audit.out.find("verdict: consistent"), std::string::npos) << audit.out;
     test::model m;
     for (auto& [p, recs] : log)
       for (auto& [off, d] : recs)
