@@ -324,6 +324,25 @@ TEST_F(scenario, BrokerPausedWhileTheNodeRunsOnlyCausesLag) {
   expect_consistent_after_catch_up();
 }
 
+TEST_F(scenario, BrokerStoppedAndRestartedWhileTheNodeRunsOnlyCausesLag) {
+  produce(3000);
+  auto logf = "/tmp/" + test::unique_name("broker-restart") + ".log";
+  auto pid = test::spawn_cli(args("run"), logf);
+  std::this_thread::sleep_for(random_ms(50, 300));
+  // Stop the broker and start it again on the same data and port.
+  ASSERT_EQ(test::sh(QSP_SOURCE_DIR "/scripts/services restart-kafka >/dev/null 2>&1"), 0);
+  ++stats().faults;
+  expect_no_overshoot();
+  produce(500);
+  EXPECT_TRUE(eventually([&] {
+    auto c = redis();
+    return c && checkpoint(*c, 0) == 3500 && checkpoint(*c, 1) == 3500;
+  }, 120s)) << slurp(logf);
+  ::kill(pid, SIGTERM);
+  EXPECT_EQ(test::wait_cli(pid), 0);
+  expect_consistent_after_catch_up();
+}
+
 TEST_F(scenario, MixedCommittedAndAbortedTransactionsWithOneOpenAtStartup) {
   auto prod = kafka::producer::make(test::kafka_client(), topic + "-tx");
   ASSERT_TRUE(prod);
