@@ -404,10 +404,19 @@ TEST_F(scenario, TwoNodesOnOneNamespaceNeverBothAdvanceAndLoseNothing) {
     std::this_thread::sleep_for(100ms);
     expect_no_overshoot();
   }
+  // Both must be past verification before the appends, so both try to
+  // write them (on a loaded broker one may verify slowly).
+  auto past_verify = [&](const std::string& f) {
+    auto t = slurp(f);
+    return t.find("-> ready") != std::string::npos || t.find("checkpoint_conflict") != std::string::npos;
+  };
+  ASSERT_TRUE(eventually([&] { return past_verify(la) && past_verify(lb); }, 90s))
+    << slurp(la) << slurp(lb);
   produce(500);
   EXPECT_TRUE(eventually([&] {
     auto c = redis();
-    return c && checkpoint(*c, 0) == 6500 && checkpoint(*c, 1) == 6500;
+    return c && checkpoint(*c, 0) == 6500 && checkpoint(*c, 1) == 6500
+           && (slurp(la) + slurp(lb)).find("checkpoint_conflict") != std::string::npos;
   })) << slurp(la) << slurp(lb);
   ::kill(a, SIGTERM);
   ::kill(b, SIGTERM);
