@@ -22,6 +22,11 @@
 //    (their p99 is printed apart): a fresh producer process holds its first
 //    ~0.5 s of records while it connects and acquires its idempotent
 //    producer id, which is the producer's start-up, not the projection.
+// 5. For the breakdown, a plain consumer of its own (same client settings as
+//    the node's: read_committed, default fetch settings) reads the topic live
+//    during the run: record timestamp -> received by that consumer is the
+//    producer + broker share ("kafka_*" figures); the rest is the node
+//    (fetch queue, idle poll, decode, ZADDs, checkpoint) and the 1-ms polling.
 //
 // Resolution: record timestamps are whole milliseconds (truncated, so the
 // figures are biased up by ~0.5 ms on average) and the poll interval adds
@@ -30,6 +35,7 @@
 #include <hiredis/hiredis.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -153,6 +159,32 @@ int main(int argc, char** argv) {
               topic.c_str(), parts, base_sum, behind);
   std::fflush(stdout);
 
+  // The live reference consumer (breakdown).
+  std::atomic<bool> stop_live{false};
+  std::vector<std::pair<int64_t, double>> live;  // record timestamp, ms until received
+  live.reserve(static_cast<size_t>(expected));
+  std::thread live_reader{[&] {
+    rd_kafka_t* lk = make_consumer(bootstrap);
+    auto* l = rd_kafka_topic_partition_list_new(parts);
+    for (int p = 0; p < parts; ++p)
+      rd_kafka_topic_partition_list_add(l, topic.c_str(), p)->offset = base[static_cast<size_t>(p)];
+    rd_kafka_assign(lk, l);
+    rd_kafka_topic_partition_list_destroy(l);
+    while (!stop_live.load() && static_cast<int64_t>(live.size()) < expected) {
+      rd_kafka_message_t* m = rd_kafka_consumer_poll(lk, 100);
+      if (m == nullptr)
+        continue;
+      if (!m->err) {
+        rd_kafka_timestamp_type_t tt;
+        int64_t ts = rd_kafka_message_timestamp(m, &tt);
+        live.emplace_back(ts, static_cast<double>(now_us()) / 1000.0 - static_cast<double>(ts));
+      }
+      rd_kafka_message_destroy(m);
+    }
+    rd_kafka_consumer_close(lk);
+    rd_kafka_destroy(lk);
+  }};
+
   auto t_start = now_us();
   auto deadline = t_start + static_cast<int64_t>(timeout_s * 1e6);
   int64_t covered = 0, polls = 0;
@@ -170,6 +202,8 @@ int main(int argc, char** argv) {
   }
   auto t_end = now_us();
   redisFree(rc);
+  stop_live = true;
+  live_reader.join();
 
   // Read the covered records back for their timestamps.
   auto* list = rd_kafka_topic_partition_list_new(parts);
@@ -237,6 +271,11 @@ int main(int argc, char** argv) {
       for (auto& [ts, ms] : samples)
         std::fprintf(f, "%" PRId64 " %.2f\n", ts, ms);
       std::fclose(f);
+      if (FILE* k = std::fopen((std::string{dump} + ".kafka").c_str(), "w")) {
+        for (auto& [ts, ms] : live)
+          std::fprintf(k, "%" PRId64 " %.2f\n", ts, ms);
+        std::fclose(k);
+      }
     }
   double sum = 0;
   for (double v : sorted)
@@ -251,6 +290,15 @@ int main(int argc, char** argv) {
               sorted.empty() ? 0.0 : sum / static_cast<double>(sorted.size()), pct(sorted, 0.5),
               pct(sorted, 0.9), pct(sorted, 0.99), pct(sorted, 0.999),
               sorted.empty() ? 0.0 : sorted.back(), sorted.empty() ? 0.0 : sorted.front());
+  std::vector<double> kafka;
+  for (auto& [ts, ms] : live)
+    if (ts >= warm_end)
+      kafka.push_back(ms);
+  std::sort(kafka.begin(), kafka.end());
+  std::printf("kafka_measured=%zu kafka_p50_ms=%.2f kafka_p90_ms=%.2f kafka_p99_ms=%.2f "
+              "kafka_p999_ms=%.2f kafka_max_ms=%.2f\n",
+              kafka.size(), pct(kafka, 0.5), pct(kafka, 0.9), pct(kafka, 0.99), pct(kafka, 0.999),
+              kafka.empty() ? 0.0 : kafka.back());
   std::string w;
   for (auto& [k, v] : windows) {
     std::sort(v.begin(), v.end());
