@@ -220,33 +220,8 @@ TEST_F(Audit, RecordsAfterTheCheckpointShowAsAheadAndUnknown) {
 
 TEST_F(Audit, TransactionalLogEndingInMarkersIsReplayedToTheCheckpoint) {
   test::create_topic(topic, 1);
-  auto p = kafka::producer::make(test::kafka_client(), topic + "-tx");
-  ASSERT_TRUE(p) << describe(p.error());
-  test::model kept;
-  auto txn = [&](int first, int n, bool commit) {
-    ASSERT_TRUE(p->begin());
-    for (int i = first; i < first + n; ++i) {
-      core::dispatch d{"c-tx-" + std::to_string(i), 1733140000000 + i,
-                       {commit ? "kept" : "aborted-user"}};
-      ASSERT_TRUE(p->send(topic, 0, core::encode_json(d)));
-      if (commit)
-        test::apply(kept, d);
-    }
-    ASSERT_TRUE(p->flush());
-    ASSERT_TRUE(commit ? p->commit() : p->abort());
-  };
-  txn(0, 5, true);
-  txn(5, 4, false);
-  txn(9, 3, true);
-  const int64_t lso = 5 + 1 + 4 + 1 + 3 + 1;
-  bool settled = false;
-  for (int i = 0; i < 200 && !settled; ++i) {
-    auto st = admin->inspect(topic);
-    settled = st && st->marks[0].high == lso;
-    if (!settled)
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ASSERT_TRUE(settled);
+  int64_t lso = 0;
+  auto kept = test::write_transactional_log(topic, lso);
   ASSERT_NO_FATAL_FAILURE(catch_up(1, &kept));
   auto r = cli("audit", 1);
   EXPECT_EQ(r.rc, 0) << r.out << r.err;

@@ -208,32 +208,8 @@ TEST_F(pipeline, Gate7ReplayedDispatchAndPartialRecipientsStayMonotonic) {
 
 TEST_F(pipeline, TransactionalLogEndingInMarkersWithAnAbortedMiddleReachesReady) {
   test::create_topic(topic, 1);
-  auto p = kafka::producer::make(test::kafka_client(), topic + "-tx");
-  ASSERT_TRUE(p) << describe(p.error());
-  test::model expected;
-  auto txn = [&](int first, int n, bool commit) {
-    ASSERT_TRUE(p->begin());
-    for (int i = first; i < first + n; ++i) {
-      core::dispatch d{"c-tx-" + std::to_string(i), 1733140000000 + i,
-                       {commit ? "kept" : "aborted-user"}};
-      ASSERT_TRUE(p->send(topic, 0, core::encode_json(d)));
-      if (commit)
-        test::apply(expected, d);
-    }
-    // Flush first: an abort would otherwise purge records never sent, and
-    // the test wants aborted records on the log.
-    ASSERT_TRUE(p->flush());
-    ASSERT_TRUE(commit ? p->commit() : p->abort());
-  };
-  txn(0, 5, true);
-  txn(5, 4, false); // aborted in the middle
-  txn(9, 3, true);  // the log ends with this commit marker
-  // Records + one marker per transaction; markers land asynchronously.
-  const int64_t lso = 5 + 1 + 4 + 1 + 3 + 1;
-  ASSERT_TRUE(eventually([&] {
-    auto st = admin->inspect(topic);
-    return st && st->marks[0].high == lso;
-  }));
+  int64_t lso = 0;
+  auto expected = test::write_transactional_log(topic, lso);
   auto r = test::run_cli(args("catch-up", 1));
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(checkpoint(0), lso);

@@ -223,6 +223,44 @@ core::dispatch make_dispatch(uint64_t i, int users) {
   return d;
 }
 
+model write_transactional_log(const std::string& topic, int64_t& lso) {
+  auto p = kafka::producer::make(kafka_client(), topic + "-tx");
+  if (!p)
+    die(describe(p.error()));
+  model committed;
+  auto txn = [&](int first, int n, bool commit) {
+    if (!p->begin())
+      die("begin transaction");
+    for (int i = first; i < first + n; ++i) {
+      core::dispatch d{"c-tx-" + std::to_string(i), 1733140000000 + i,
+                       {commit ? "kept" : "aborted-user"}};
+      if (!p->send(topic, 0, core::encode_json(d)))
+        die("produce");
+      if (commit)
+        qsp::test::apply(committed, d);
+    }
+    // Flush first: an abort would otherwise purge records never sent, and
+    // the tests want aborted records on the log.
+    if (!p->flush() || !(commit ? p->commit() : p->abort()))
+      die("end transaction");
+  };
+  txn(0, 5, true);
+  txn(5, 4, false); // aborted in the middle
+  txn(9, 3, true);  // the log ends with this commit marker
+  // Records + one marker per transaction; markers land asynchronously.
+  lso = 5 + 1 + 4 + 1 + 3 + 1;
+  auto admin = kafka::admin::make(kafka_client());
+  if (!admin)
+    die(describe(admin.error()));
+  bool settled = eventually([&] {
+    auto st = (*admin)->inspect(topic);
+    return st && st->marks[0].high == lso;
+  });
+  if (!settled)
+    die("the transaction markers of " + topic + " did not settle");
+  return committed;
+}
+
 void create_topic(const std::string& topic, int partitions) {
   auto admin = kafka::admin::make(kafka_client());
   if (!admin)

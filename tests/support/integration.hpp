@@ -68,6 +68,12 @@ std::vector<std::string> diff_with_redis(const model& m, const std::string& conv
 /// A deterministic dispatch number `i` (users u0..u{users-1}).
 core::dispatch make_dispatch(uint64_t i, int users = 50);
 
+/// Writes a transactional log to partition 0 of `topic`: 5 committed records,
+/// 4 aborted ones (recipient "aborted-user"), 3 committed, so it ends with a
+/// commit marker; waits (bounded) until the markers are on the log.  Returns
+/// the model of the committed records; `lso` gets the last stable offset (15).
+model write_transactional_log(const std::string& topic, int64_t& lso);
+
 /// Creates a topic and waits until its metadata is visible.
 void create_topic(const std::string& topic, int partitions);
 
