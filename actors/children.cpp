@@ -164,35 +164,46 @@ readiness_aggregator(aggregator_actor::stateful_pointer<aggregator_state> self,
 // -- redis writer -------------------------------------------------------------
 
 const std::vector<session_update>& writer_state::coalesce(const partition_batch& b) {
-  for (auto& [user, convs] : by_user)
-    convs.clear();
-  for (auto& d : b.records)
-    for (auto& user : d.recipients) {
-      auto& convs = by_user[user];
-      auto [it, fresh] = convs.emplace(d.conversation_id, d.created_at);
-      if (!fresh && it->second < d.created_at)
-        it->second = d.created_at;
-    }
+  // Views into the batch, grouped by (user, conversation) via a sort on
+  // precomputed hashes: no allocation once the scratch vectors are warm.
+  refs.clear();
+  std::hash<std::string_view> h;
+  for (auto& d : b.records) {
+    std::string_view conv = d.conversation_id;
+    auto hc = h(conv);
+    for (auto& user : d.recipients)
+      refs.push_back(member_ref{h(user), hc, user, conv, d.created_at});
+  }
+  std::sort(refs.begin(), refs.end(), [](const member_ref& x, const member_ref& y) {
+    if (x.user_hash != y.user_hash) return x.user_hash < y.user_hash;
+    if (x.user != y.user) return x.user < y.user;
+    if (x.conv_hash != y.conv_hash) return x.conv_hash < y.conv_hash;
+    if (x.conv != y.conv) return x.conv < y.conv;
+    return x.score > y.score;  // the first of a (user, conversation) run is its max
+  });
+  members.clear();
+  members.reserve(refs.size());  // updates point into it: no reallocation below
   updates.clear();
-  for (auto i = by_user.begin(); i != by_user.end();) {
-    if (i->second.empty()) {
-      i = by_user.erase(i);
-      continue;
+  for (size_t i = 0; i < refs.size();) {
+    size_t first = members.size();
+    auto user = refs[i].user;
+    auto uh = refs[i].user_hash;
+    while (i < refs.size() && refs[i].user_hash == uh && refs[i].user == user) {
+      auto& r = refs[i];
+      if (members.size() == first || members.back().conversation != r.conv)
+        members.push_back(session_member{r.conv, r.score});
+      ++i;
     }
-    session_update u;
-    u.user = i->first;
-    u.members.assign(i->second.begin(), i->second.end());
-    updates.push_back(std::move(u));
-    ++i;
+    updates.push_back(session_update{user, members.data() + first, members.size() - first});
   }
   return updates;
 }
 
-caf::expected<checkpoint_advanced> writer_state::write(const partition_batch& b) {
-  auto& last = written[b.partition];
-  checkpoint_advanced cp{b.partition, last < 0 ? b.begin_offset : last, 0, 0};
-  if (b.end_offset <= cp.next_offset && b.records.empty())
-    return cp;
+caf::expected<bool> writer_state::send(const partition_batch& b,
+                                       caf::actor_clock::time_point t0) {
+  auto& last = sent[b.partition];
+  if (b.end_offset <= (last < 0 ? b.begin_offset : last) && b.records.empty())
+    return false; // nothing new: no ZADD, no checkpoint
   if (!sessions) {
     auto s = gen->ports->make_session_store();
     if (!s)
@@ -201,17 +212,39 @@ caf::expected<checkpoint_advanced> writer_state::write(const partition_batch& b)
   }
   auto& ups = coalesce(b);
   if (!ups.empty())
-    if (auto ok = sessions->apply(ups); !ok)
+    if (auto ok = sessions->send(ups); !ok)
       return ok.error();
-  // Every reply was read and none was an error: now the checkpoint.
-  if (auto ok = gen->checkpoints->write_checkpoint(id, b.partition, last, b.end_offset); !ok)
-    return ok.error();
-  last = b.end_offset;
-  cp.next_offset = b.end_offset;
-  cp.records = b.records.size();
+  in_flight f;
+  f.partition = b.partition;
+  f.expected = last;
+  f.end_offset = b.end_offset;
+  f.records = b.records.size();
   for (auto& u : ups)
-    cp.recipient_writes += u.members.size();
-  return cp;
+    f.recipient_writes += u.count;
+  f.zadds = ups.size();
+  f.t0 = t0;
+  pending.push_back(std::move(f));
+  last = b.end_offset;
+  return true;
+}
+
+caf::expected<std::optional<checkpoint_advanced>>
+writer_state::confirm_oldest(std::chrono::milliseconds wait) {
+  auto& f = pending.front();
+  if (f.zadds > 0) {
+    auto done = sessions->confirm(f.zadds, wait);
+    if (!done)
+      return done.error();
+    if (!*done)
+      return std::optional<checkpoint_advanced>{};
+  }
+  // Every reply of this batch was read and none was an error: now its
+  // checkpoint.  Earlier batches of the partition were confirmed before.
+  if (auto ok = gen->checkpoints->write_checkpoint(id, f.partition, f.expected, f.end_offset);
+      !ok)
+    return ok.error();
+  written[f.partition] = f.end_offset;
+  return checkpoint_advanced{f.partition, f.end_offset, f.records, f.recipient_writes};
 }
 
 writer_actor::behavior_type
@@ -227,22 +260,83 @@ redis_writer(writer_actor::stateful_pointer<writer_state> self, verified_start v
     auto i = vs.checkpoints.find(p);
     st.written[p] = i != vs.checkpoints.end() ? i->second : -1;
   }
+  st.sent = st.written;
+  // Any failure ends this writer (and so the generation): the pipelined
+  // connection's state is unknown, and no later checkpoint may be written.
+  auto fail = [=](const caf::error& err) {
+    for (auto& f : self->state.pending)
+      f.rp.deliver(err);
+    self->state.pending.clear();
+    self->quit(err);
+  };
+  // Confirms the oldest in-flight batch (waits at most `wait` for its
+  // replies).  True when it was confirmed.
+  auto confirm_one = [=](std::chrono::milliseconds wait) -> bool {
+    auto& st = self->state;
+    auto r = st.confirm_oldest(wait);
+    if (!r) {
+      fail(r.error());
+      return false;
+    }
+    if (!*r)
+      return false;
+    auto f = std::move(st.pending.front());
+    st.pending.pop_front();
+    auto& cp = **r;
+    auto& m = *st.stats;
+    m.records += cp.records;
+    m.recipient_writes += cp.recipient_writes;
+    m.batches += 1;
+    m.observe_batch_latency(elapsed_ns(f.t0, self->clock().now()));
+    self->send(aggregator, atom::progress_v, cp);
+    f.rp.deliver(cp);
+    return true;
+  };
   return {
     [=](atom::write, const partition_batch& b) -> caf::result<checkpoint_advanced> {
-      auto t0 = self->clock().now();
-      auto cp = self->state.write(b);
-      if (!cp)
-        return cp.error();
-      auto& m = *self->state.stats;
-      m.records += cp->records;
-      m.recipient_writes += cp->recipient_writes;
-      m.batches += 1;
-      m.observe_batch_latency(elapsed_ns(t0, self->clock().now()));
-      self->send(aggregator, atom::progress_v, *cp);
-      return *cp;
+      auto& st = self->state;
+      auto queued = st.send(b, self->clock().now());
+      if (!queued) {
+        fail(queued.error());
+        return queued.error();
+      }
+      if (!*queued) {
+        auto last = st.sent[b.partition];
+        return checkpoint_advanced{b.partition, last < 0 ? b.begin_offset : last, 0, 0};
+      }
+      // Replies are read on the confirm loop (atom::poll), between writes:
+      // the next batch goes out while Redis still works on this one.
+      if (!st.confirming) {
+        st.confirming = true;
+        self->send(self, atom::poll_v);
+      }
+      auto rp = self->make_response_promise<checkpoint_advanced>();
+      st.pending.back().rp = rp;
+      return rp;
+    },
+    [=](atom::poll) {
+      auto& st = self->state;
+      if (st.pending.empty()) {
+        st.confirming = false;
+        return;
+      }
+      // Block briefly for replies only when no write is waiting.
+      auto wait = self->mailbox().empty() ? st.confirm_wait : std::chrono::milliseconds{0};
+      confirm_one(wait);
+      if (self->getf(caf::abstract_actor::is_terminated_flag))
+        return;
+      if (st.pending.empty())
+        st.confirming = false;
+      else
+        self->send(self, atom::poll_v); // behind the writes that arrived meanwhile
     },
     [=](atom::sessions, const std::string& user, uint32_t limit) -> caf::result<session_list> {
       auto& s = self->state;
+      // The session connection carries the pipelined replies: confirm every
+      // batch in flight first.
+      while (!s.pending.empty())
+        if (!confirm_one(std::chrono::milliseconds{-1}))
+          return caf::make_error(ec::redis_unavailable, "the Redis writer failed");
       if (!s.sessions) {
         auto made = s.gen->ports->make_session_store();
         if (!made)

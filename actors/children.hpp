@@ -3,6 +3,9 @@
 // lives in state methods or in core/.
 #pragma once
 
+#include <chrono>
+#include <deque>
+#include <optional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -13,6 +16,7 @@
 #include "core/dispatch.hpp"
 #include "caf/stateful_actor.hpp"
 #include "caf/typed_event_based_actor.hpp"
+#include "caf/typed_response_promise.hpp"
 
 #include "messages/actors.hpp"
 #include "ports/ports.hpp"
@@ -65,15 +69,46 @@ struct writer_state {
   core::identity id;
   /// The next_offset this writer last stored per partition (-1: absent).
   std::map<int32_t, int64_t> written;
+  /// The end offset of the last batch sent per partition (= written when
+  /// nothing is in flight): the guard of that partition's next checkpoint.
+  std::map<int32_t, int64_t> sent;
+  /// A confirm loop (atom::poll to self) is running.
+  bool confirming = false;
+  /// How long the confirm loop blocks for replies when no write is waiting.
+  std::chrono::milliseconds confirm_wait{2};
   std::shared_ptr<metrics> stats;
   // Scratch, reused across batches.
-  std::unordered_map<std::string, std::unordered_map<std::string, int64_t>> by_user;
+  struct member_ref {
+    uint64_t user_hash, conv_hash;
+    std::string_view user, conv;
+    int64_t score;
+  };
+  std::vector<member_ref> refs;
+  std::vector<session_member> members;
   std::vector<session_update> updates;
 
+  /// Batches whose ZADDs are sent but not yet confirmed, oldest first.
+  struct in_flight {
+    int32_t partition = 0;
+    int64_t expected = -1;
+    int64_t end_offset = 0;
+    uint64_t records = 0;
+    uint64_t recipient_writes = 0;
+    size_t zadds = 0;
+    caf::actor_clock::time_point t0;
+    caf::typed_response_promise<checkpoint_advanced> rp;
+  };
+  std::deque<in_flight> pending;
   /// Coalesces a batch into one update per user (max score per member).
   const std::vector<session_update>& coalesce(const partition_batch& b);
-  /// ZADDs, then the guarded checkpoint write; an error means no checkpoint.
-  caf::expected<checkpoint_advanced> write(const partition_batch& b);
+  /// Coalesces and sends the batch's ZADDs without awaiting their replies
+  /// and queues it in `pending`; false when the batch carries nothing new.
+  /// The caller sets the queued entry's promise.
+  caf::expected<bool> send(const partition_batch& b, caf::actor_clock::time_point t0);
+  /// Reads the oldest pending batch's ZADD replies (waiting at most `wait`),
+  /// then writes its guarded checkpoint.  Empty: the replies are not all in
+  /// yet.  An error means no checkpoint for it or any later batch.
+  caf::expected<std::optional<checkpoint_advanced>> confirm_oldest(std::chrono::milliseconds wait);
 };
 
 writer_actor::behavior_type

@@ -11,6 +11,12 @@ namespace qsp::app {
 
 node_config::node_config() {
   register_types(*this);
+  // CAF's default work-stealing scheduler polls for work with 50-us sleeps
+  // and keeps idle workers spinning (about 20% of a core on an idle node).
+  // The node has a handful of actors, so work-sharing costs nothing in
+  // throughput; `--scheduler.policy=stealing` (or the config file) restores
+  // CAF's default.
+  set("scheduler.policy", caf::atom("sharing"));
   opt_group{custom_options_, "projection"}
     .add(topic, "dispatch-topic", "dispatch topic name (required)")
     .add(partition_count, "partition-count", "exact expected partition count (required)")

@@ -35,7 +35,8 @@ using verifier_actor = caf::typed_actor<
 /// Also serves PULL_SESSION_LIST reads for the supervisor's gate.
 using writer_actor = caf::typed_actor<
   caf::replies_to<atom::write, partition_batch>::with<checkpoint_advanced>,
-  caf::replies_to<atom::sessions, std::string, uint32_t>::with<session_list>>;
+  caf::replies_to<atom::sessions, std::string, uint32_t>::with<session_list>,
+  caf::reacts_to<atom::poll>>;
 
 /// Polls one partition of the dispatch log on a tick, decodes, hands one
 /// bounded batch at a time to the writer, and waits for its confirmation.

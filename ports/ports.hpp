@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,9 +62,15 @@ public:
 };
 
 /// One ZADD: a user's sorted set gets these members with at least these scores.
+struct session_member {
+  std::string_view conversation;
+  int64_t created_at = 0;
+};
+/// Views into the batch being written: valid for the duration of the call.
 struct session_update {
-  std::string user;
-  std::vector<std::pair<std::string, int64_t>> members; ///< conversation, created_at
+  std::string_view user;
+  const session_member* members = nullptr;
+  size_t count = 0;
 };
 
 /// The session sets `convs:{user}`.
@@ -73,6 +80,19 @@ public:
   /// Pipelines one `ZADD key GT score member ...` per update and reads every
   /// reply; any error reply or I/O failure fails the whole call.
   virtual caf::expected<void> apply(const std::vector<session_update>& updates) = 0;
+  /// Pipelining across batches: writes the ZADDs to Redis without reading
+  /// their replies, so that the next batch can be sent while Redis works on
+  /// this one.  Default: apply at once.
+  virtual caf::expected<void> send(const std::vector<session_update>& updates) {
+    return apply(updates);
+  }
+  /// Reads the replies of the oldest `n` ZADDs sent and not yet confirmed
+  /// (same failure rules as apply).  Waits at most `wait` (negative: until
+  /// they arrive or the command timeout); false means not all have arrived
+  /// yet: the replies read so far are kept, call again with the same `n`.
+  virtual caf::expected<bool> confirm(size_t /*n*/, std::chrono::milliseconds /*wait*/) {
+    return true;
+  }
   /// The user's conversations, newest first.
   virtual caf::expected<session_list> sessions(const std::string& user, size_t limit) = 0;
 };

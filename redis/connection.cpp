@@ -1,5 +1,10 @@
 #include "redis/connection.hpp"
 
+#include <poll.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include <hiredis/hiredis_ssl.h>
 
 #include "messages/types.hpp"
@@ -103,14 +108,59 @@ void connection::append(const std::vector<std::string_view>& argv) {
   redisAppendCommandArgv(ctx_, static_cast<int>(argv_.size()), argv_.data(), lens_.data());
 }
 
+void connection::append_formatted(std::string_view resp) {
+  redisAppendFormattedCommand(ctx_, resp.data(), resp.size());
+}
+
+caf::error connection::flush() {
+  int done = 0;
+  while (!done)
+    if (redisBufferWrite(ctx_, &done) != REDIS_OK)
+      return io_error("writing commands");
+  return caf::none;
+}
+
+namespace {
+
+caf::expected<reply_ptr> classify(const std::string& where, void* raw) {
+  reply_ptr r{static_cast<redisReply*>(raw)};
+  if (r->type == REDIS_REPLY_ERROR)
+    return caf::make_error(ec::redis_reply, where + ": " + std::string{r->str, r->len});
+  return r;
+}
+
+} // namespace
+
 caf::expected<reply_ptr> connection::read_reply() {
   void* raw = nullptr;
   if (redisGetReply(ctx_, &raw) != REDIS_OK || raw == nullptr)
     return io_error("reading a reply");
-  reply_ptr r{static_cast<redisReply*>(raw)};
-  if (r->type == REDIS_REPLY_ERROR)
-    return caf::make_error(ec::redis_reply, where() + ": " + std::string{r->str, r->len});
-  return r;
+  return classify(where(), raw);
+}
+
+caf::expected<reply_ptr> connection::poll_reply(int timeout_ms) {
+  if (ssl_ != nullptr || timeout_ms < 0)
+    return read_reply();
+  void* raw = nullptr;
+  if (redisGetReplyFromReader(ctx_, &raw) != REDIS_OK)
+    return io_error("parsing a reply");
+  if (raw != nullptr)
+    return classify(where(), raw);
+  pollfd pfd{ctx_->fd, POLLIN, 0};
+  int n = ::poll(&pfd, 1, timeout_ms);
+  if (n < 0 && errno != EINTR)
+    return caf::make_error(ec::redis_unavailable,
+                           where() + ": waiting for a reply: " + std::strerror(errno));
+  if (n <= 0)
+    return reply_ptr{};
+  // Readable (or hung up): one read(2), which does not block now.
+  if (redisBufferRead(ctx_) != REDIS_OK)
+    return io_error("reading a reply");
+  if (redisGetReplyFromReader(ctx_, &raw) != REDIS_OK)
+    return io_error("parsing a reply");
+  if (raw == nullptr)
+    return reply_ptr{};
+  return classify(where(), raw);
 }
 
 } // namespace qsp::redis

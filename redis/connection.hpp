@@ -42,8 +42,16 @@ public:
   caf::expected<reply_ptr> command(const std::vector<std::string>& argv);
   /// Queues a command without waiting (pipelining).
   void append(const std::vector<std::string_view>& argv);
+  /// Queues commands already in RESP (one or more).
+  void append_formatted(std::string_view resp);
+  /// Writes every queued command to the socket (so the server starts on them).
+  caf::error flush();
   /// Reads the next pipelined reply.
   caf::expected<reply_ptr> read_reply();
+  /// Like read_reply, but waits at most `timeout_ms` for the reply to arrive
+  /// and returns a null reply if it has not (yet).  TLS connections read
+  /// blocking, since bytes inside the TLS layer are invisible to poll(2).
+  caf::expected<reply_ptr> poll_reply(int timeout_ms);
 
   const settings& config() const { return cfg_; }
   std::string where() const;

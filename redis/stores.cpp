@@ -1,5 +1,7 @@
 #include "redis/stores.hpp"
 
+#include <charconv>
+
 #include "messages/types.hpp"
 
 namespace qsp::redis {
@@ -212,41 +214,90 @@ redis_session_store::open(const settings& cfg) {
 }
 
 caf::expected<void> redis_session_store::apply(const std::vector<session_update>& updates) {
-  static const std::string zadd = "ZADD", gt = "GT";
+  if (auto ok = send(updates); !ok)
+    return ok;
+  auto done = confirm(updates.size(), std::chrono::milliseconds{-1});
+  if (!done)
+    return done.error();
+  return caf::unit;
+}
+
+namespace {
+
+void put_bulk(std::string& out, std::string_view a, std::string_view b = {}) {
+  char len[24];
+  auto r = std::to_chars(len, len + sizeof(len), a.size() + b.size());
+  out += '$';
+  out.append(len, r.ptr);
+  out += "\r\n";
+  out += a;
+  out += b;
+  out += "\r\n";
+}
+
+} // namespace
+
+caf::expected<void> redis_session_store::send(const std::vector<session_update>& updates) {
+  // RESP written directly (hiredis' argv formatting is printf-based).
   const auto& prefix = conn_->config().convs_prefix;
-  std::string key;
+  buf_.clear();
+  char num[24];
   for (auto& u : updates) {
-    key.assign(prefix).append(u.user);
-    scores_.resize(u.members.size());
-    argv_.clear();
-    argv_.push_back(zadd);
-    argv_.push_back(key);
-    argv_.push_back(gt);
-    for (size_t i = 0; i < u.members.size(); ++i) {
-      scores_[i] = core::to_decimal(u.members[i].second);
-      argv_.push_back(scores_[i]);
-      argv_.push_back(u.members[i].first);
+    auto r = std::to_chars(num, num + sizeof(num), 3 + 2 * u.count);
+    buf_ += '*';
+    buf_.append(num, r.ptr);
+    buf_ += "\r\n$4\r\nZADD\r\n";
+    put_bulk(buf_, prefix, u.user);
+    buf_ += "$2\r\nGT\r\n";
+    for (size_t i = 0; i < u.count; ++i) {
+      auto s = std::to_chars(num, num + sizeof(num), u.members[i].created_at);
+      put_bulk(buf_, std::string_view{num, static_cast<size_t>(s.ptr - num)});
+      put_bulk(buf_, u.members[i].conversation);
     }
-    conn_->append(argv_);
   }
+  conn_->append_formatted(buf_);
+  if (auto err = conn_->flush())
+    return err;
+  return caf::unit;
+}
+
+caf::expected<bool> redis_session_store::confirm(size_t n, std::chrono::milliseconds wait) {
   // Read every reply, even after an error one, so that the connection stays
-  // in step; report the first failure.
-  caf::error first;
-  for (size_t i = 0; i < updates.size(); ++i) {
-    auto r = conn_->read_reply();
+  // in step; report the first failure once all `n` are read.
+  using clock = std::chrono::steady_clock;
+  auto deadline = clock::now() + wait;
+  while (replies_read_ < n) {
+    int timeout = -1;
+    if (wait.count() >= 0) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
+      timeout = static_cast<int>(std::max<int64_t>(0, left.count()));
+    }
+    auto r = conn_->poll_reply(timeout);
     if (!r) {
-      if (!first)
-        first = r.error();
-      if (r.error().code() == static_cast<uint8_t>(ec::redis_unavailable))
-        break;
+      if (r.error().code() == static_cast<uint8_t>(ec::redis_unavailable)) {
+        // The connection is gone: the remaining replies never come.
+        replies_read_ = 0;
+        first_failure_ = caf::error{};
+        return r.error();
+      }
+      if (!first_failure_)
+        first_failure_ = r.error();
+      ++replies_read_;
       continue;
     }
-    if ((*r)->type != REDIS_REPLY_INTEGER && !first)
-      first = unexpected_reply(*conn_, "ZADD GT");
+    if (*r == nullptr) {
+      if (timeout == 0 || clock::now() >= deadline)
+        return false;
+      continue;
+    }
+    if ((*r)->type != REDIS_REPLY_INTEGER && !first_failure_)
+      first_failure_ = unexpected_reply(*conn_, "ZADD GT");
+    ++replies_read_;
   }
-  if (first)
-    return first;
-  return caf::unit;
+  replies_read_ = 0;
+  if (first_failure_)
+    return std::exchange(first_failure_, caf::error{});
+  return true;
 }
 
 caf::expected<session_list> redis_session_store::sessions(const std::string& user, size_t limit) {

@@ -36,12 +36,17 @@ public:
   static caf::expected<std::unique_ptr<redis_session_store>> open(const settings& cfg);
 
   caf::expected<void> apply(const std::vector<session_update>& updates) override;
+  caf::expected<void> send(const std::vector<session_update>& updates) override;
+  caf::expected<bool> confirm(size_t n, std::chrono::milliseconds wait) override;
   caf::expected<session_list> sessions(const std::string& user, size_t limit) override;
 
 private:
   explicit redis_session_store(std::unique_ptr<connection> conn) : conn_(std::move(conn)) {}
   std::unique_ptr<connection> conn_;
   std::vector<std::string> scores_;  ///< reused decimal buffers
+  std::string buf_;                  ///< reused RESP buffer
+  size_t replies_read_ = 0;          ///< of the batch being confirmed
+  caf::error first_failure_;         ///< of the batch being confirmed
   std::vector<std::string_view> argv_;
 };
 

@@ -432,10 +432,12 @@ caf::expected<void> fake_session_store::apply(const std::vector<session_update>&
                   "connection lost after " + std::to_string(limit) + " ZADD replies");
   }
   if (w_->on_apply)
-    w_->on_apply(updates);
+    w_->on_apply(copy_updates(updates));
   for (size_t i = 0; i < limit; ++i) {
-    auto& set = w_->sessions[updates[i].user];
-    for (auto& [conv, score] : updates[i].members) {
+    auto& set = w_->sessions[std::string{updates[i].user}];
+    for (size_t j = 0; j < updates[i].count; ++j) {
+      std::string conv{updates[i].members[j].conversation};
+      auto score = updates[i].members[j].created_at;
       ++w_->calls.zadd_members;
       auto [it, fresh] = set.emplace(conv, score);
       if (!fresh && score > it->second) // GT: only ever raise a score
@@ -445,6 +447,44 @@ caf::expected<void> fake_session_store::apply(const std::vector<session_update>&
   if (err)
     return err;
   return caf::unit;
+}
+
+// Pipelined like Redis: the commands take effect when sent, their replies
+// are read (and may be lost) later, oldest first.
+caf::expected<void> fake_session_store::send(const std::vector<session_update>& updates) {
+  lock g{w_->mtx};
+  if (auto ok = apply(updates); !ok)
+    return ok;
+  unconfirmed_.push_back(updates.size());
+  w_->calls.max_unconfirmed = std::max<uint64_t>(w_->calls.max_unconfirmed, unconfirmed_.size());
+  return caf::unit;
+}
+
+caf::expected<bool> fake_session_store::confirm(size_t n, std::chrono::milliseconds) {
+  lock g{w_->mtx};
+  ++w_->calls.confirm;
+  // Replies come in send order: the writer must confirm whole sends, oldest first.
+  if (unconfirmed_.empty() || unconfirmed_.front() != n)
+    return caf::make_error(ec::unspecified,
+                           "confirm(" + std::to_string(n) + ") does not match the oldest send ("
+                             + (unconfirmed_.empty() ? std::string{"none"}
+                                                     : std::to_string(unconfirmed_.front()))
+                             + " ZADDs)");
+  unconfirmed_.pop_front();
+  if (w_->confirm_fault.fire())
+    return failure(w_->confirm_fault, ec::redis_unavailable, "reading pipelined ZADD replies");
+  return true;
+}
+
+std::vector<applied_update> copy_updates(const std::vector<session_update>& ups) {
+  std::vector<applied_update> out;
+  for (auto& u : ups) {
+    applied_update a{std::string{u.user}, {}};
+    for (size_t j = 0; j < u.count; ++j)
+      a.members.emplace_back(std::string{u.members[j].conversation}, u.members[j].created_at);
+    out.push_back(std::move(a));
+  }
+  return out;
 }
 
 caf::expected<session_list> fake_session_store::sessions(const std::string& user, size_t limit) {

@@ -23,7 +23,9 @@
 // runs the actors on other threads must lock it too before touching the world.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -98,11 +100,21 @@ struct call_counts {
   uint64_t checkpoint_conflicts = 0;
   uint64_t apply = 0;
   uint64_t zadd_members = 0;  ///< members sent in successful (or partial) ZADDs
+  uint64_t confirm = 0;       ///< confirm() calls (pipelined replies read)
+  uint64_t max_unconfirmed = 0; ///< most sends (batches) unconfirmed at once
   uint64_t sessions = 0;
   uint64_t start = 0;
   uint64_t reader = 0;
   uint64_t poll = 0;
 };
+
+/// An owning copy of one `session_update` (whose views die with the call).
+struct applied_update {
+  std::string user;
+  std::vector<std::pair<std::string, int64_t>> members; ///< conversation, created_at
+};
+
+std::vector<applied_update> copy_updates(const std::vector<session_update>& ups);
 
 /// The state all fakes share.
 struct fake_world {
@@ -157,6 +169,9 @@ struct fake_world {
   /// apply writes the first `partial_apply_writes` updates, then fails.
   fault partial_apply_fault;
   size_t partial_apply_writes = 1;
+  /// Reading the replies of pipelined ZADDs fails (connection lost after
+  /// Redis executed them): the data is written, the call reports failure.
+  fault confirm_fault;
   fault sessions_fault;  ///< session_store::sessions
 
   // -- factory -----------------------------------------------------------------
@@ -172,8 +187,8 @@ struct fake_world {
   std::function<void()> on_inspect;
   /// After a successful guarded write.
   std::function<void(int32_t partition, int64_t next_offset)> on_checkpoint_written;
-  /// Before an apply (after the fault checks).
-  std::function<void(const std::vector<session_update>&)> on_apply;
+  /// Before an apply (after the fault checks), with a copy of the updates.
+  std::function<void(const std::vector<applied_update>&)> on_apply;
 
   // -- log helpers ---------------------------------------------------------------
 
@@ -259,10 +274,13 @@ class fake_session_store final : public session_store {
 public:
   explicit fake_session_store(std::shared_ptr<fake_world> w) : w_(std::move(w)) {}
   caf::expected<void> apply(const std::vector<session_update>& updates) override;
+  caf::expected<void> send(const std::vector<session_update>& updates) override;
+  caf::expected<bool> confirm(size_t n, std::chrono::milliseconds wait) override;
   caf::expected<session_list> sessions(const std::string& user, size_t limit) override;
 
 private:
   std::shared_ptr<fake_world> w_;
+  std::deque<size_t> unconfirmed_; ///< ZADD counts of the sends not confirmed yet
 };
 
 class fake_partition_reader final : public partition_reader {
