@@ -360,10 +360,10 @@ caf::expected<partition_batch> consumer_state::next_batch(const projection_setti
     return ok.error();
   partition_batch b;
   b.partition = partition;
-  b.begin_offset = next;
-  b.end_offset = next;
+  b.begin_offset = sent_end;
+  b.end_offset = sent_end;
   for (auto& rec : buf) {
-    if (rec.offset < next)
+    if (rec.offset < sent_end)
       continue; // already projected (redelivery)
     core::dispatch d;
     std::string why;
@@ -394,37 +394,60 @@ partition_consumer(consumer_actor::stateful_pointer<consumer_state> self, projec
   st.topic = cfg.topic;
   st.partition = partition;
   st.next = start;
-  self->send(self, atom::poll_v);
+  st.sent_end = start;
+  // At most one poll message is queued at any time (immediate or delayed):
+  // a queued poll sees the latest state when it runs, so a second one would
+  // only duplicate it, and duplicates would multiply the idle ticks.
+  auto wake = [=](caf::timespan delay) {
+    auto& st = self->state;
+    if (st.poll_queued)
+      return;
+    st.poll_queued = true;
+    if (delay.count() == 0)
+      self->send(self, atom::poll_v);
+    else
+      self->delayed_send(self, delay, atom::poll_v);
+  };
+  wake(caf::timespan{0});
   return {
     [=](atom::poll) {
       auto& st = self->state;
-      if (st.in_flight)
+      st.poll_queued = false;
+      if (st.poison) {
+        // Nothing after the undecodable record: stop once what precedes it
+        // is confirmed.
+        if (st.in_flight == 0)
+          self->quit(st.poison);
         return;
+      }
+      if (st.in_flight >= cfg.max_batches_in_flight)
+        return; // a confirmation polls again
       auto b = st.next_batch(cfg);
       if (!b) {
         self->quit(b.error());
         return;
       }
-      if (b->records.empty() && b->end_offset <= st.next) {
-        if (st.poison)
+      if (b->records.empty() && b->end_offset <= st.sent_end) {
+        if (st.poison && st.in_flight == 0)
           self->quit(st.poison);
-        else
-          self->delayed_send(self, cfg.idle_poll, atom::poll_v);
-        return;
+        else if (st.in_flight == 0)
+          wake(cfg.idle_poll);
+        return; // else: the next confirmation polls again
       }
-      st.in_flight = true;
+      ++st.in_flight;
+      st.sent_end = b->end_offset;
       self->request(writer, caf::infinite, atom::write_v, std::move(*b))
         .then(
           [=](const checkpoint_advanced& cp) {
             auto& st = self->state;
-            st.in_flight = false;
-            st.next = cp.next_offset;
-            if (st.poison)
-              self->quit(st.poison);
-            else
-              self->send(self, atom::poll_v);
+            --st.in_flight;
+            st.next = std::max(st.next, cp.next_offset);
+            wake(caf::timespan{0});
           },
           [=](caf::error& err) { self->quit(std::move(err)); });
+      // Decode the next batch while the writer writes this one.
+      if (st.in_flight < cfg.max_batches_in_flight && !st.poison)
+        wake(caf::timespan{0});
     },
   };
 }

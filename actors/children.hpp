@@ -125,7 +125,9 @@ struct consumer_state {
   std::string topic;
   int32_t partition = 0;
   int64_t next = 0;          ///< next offset not yet confirmed by the writer
-  bool in_flight = false;
+  int64_t sent_end = 0;      ///< next offset not yet sent to the writer
+  size_t in_flight = 0;      ///< batches sent, not yet confirmed
+  bool poll_queued = false;  ///< a poll message (immediate or delayed) is queued
   caf::error poison;         ///< an undecodable record after the current batch
   std::vector<log_record> buf;
 

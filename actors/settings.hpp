@@ -17,6 +17,9 @@ struct projection_settings {
   std::string ns = "session_projection";  ///< projection.namespace
   std::string convs_prefix = "convs:";    ///< projection.convs-prefix
   size_t max_batch_records = 5000;        ///< per consumer batch
+  /// Batches a consumer may have sent to the writer and not yet seen
+  /// confirmed: it decodes the next one while the writer writes.
+  size_t max_batches_in_flight = 2;
   caf::timespan idle_poll = std::chrono::milliseconds(5);
   caf::timespan backoff_initial = std::chrono::milliseconds(200);
   caf::timespan backoff_max = std::chrono::seconds(30);

@@ -276,6 +276,10 @@ caf::error projection_settings::validate() const {
     return caf::make_error(ec::invalid_config, "projection.namespace: must not be empty");
   if (max_batch_records == 0)
     return caf::make_error(ec::invalid_config, "projection.max-batch-records: must be > 0");
+  if (max_batches_in_flight == 0 || max_batches_in_flight > 64)
+    return caf::make_error(ec::invalid_config,
+                           "projection.max-batches-in-flight: an integer in [1, 64], got "
+                             + std::to_string(max_batches_in_flight));
   if (backoff_initial.count() <= 0 || backoff_max < backoff_initial)
     return caf::make_error(ec::invalid_config, "projection.backoff-*: need 0 < initial <= max");
   return caf::none;

@@ -23,6 +23,8 @@ node_config::node_config() {
     .add(ns, "namespace", "checkpoint namespace, the Redis key prefix (default: session_projection)")
     .add(convs_prefix, "convs-prefix", "sorted-set key prefix (default: convs:)")
     .add(max_batch_records, "max-batch-records", "records per consumer batch (default: 5000)")
+    .add(max_batches_in_flight, "max-batches-in-flight",
+         "batches per partition sent to Redis and not yet confirmed (default: 2)")
     .add(catch_up_max_attempts, "catch-up-max-attempts",
          "catch-up: give up (exit 4) after this many failed attempts in a row (default: 5)");
   opt_group{custom_options_, "kafka"}
@@ -65,6 +67,10 @@ caf::expected<node_settings> to_settings(const node_config& cfg) {
   if (cfg.max_batch_records <= 0 || cfg.max_batch_records > 1000000)
     return bad("projection.max-batch-records", "an integer in [1, 1000000]");
   p.max_batch_records = static_cast<size_t>(cfg.max_batch_records);
+  if (cfg.max_batches_in_flight <= 0 || cfg.max_batches_in_flight > 64)
+    return bad("projection.max-batches-in-flight",
+               "an integer in [1, 64], got " + std::to_string(cfg.max_batches_in_flight));
+  p.max_batches_in_flight = static_cast<size_t>(cfg.max_batches_in_flight);
   if (auto err = p.validate())
     return err;
   if (cfg.catch_up_max_attempts <= 0)

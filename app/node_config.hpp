@@ -20,6 +20,7 @@ struct node_config : caf::actor_system_config {
   std::string ns = "session_projection";
   std::string convs_prefix = "convs:";
   int64_t max_batch_records = 5000;
+  int64_t max_batches_in_flight = 2;
   int64_t catch_up_max_attempts = 5;
   // kafka
   std::string bootstrap = "127.0.0.1:9092";

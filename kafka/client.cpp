@@ -12,7 +12,14 @@ void handle_deleter::operator()(rd_kafka_t* rk) const {
 
 caf::expected<handle_ptr>
 make_handle(rd_kafka_type_t type, const client_settings& cfg,
-            const std::vector<std::pair<std::string, std::string>>& extra) {
+            const std::vector<std::pair<std::string, std::string>>& fixed,
+            const std::vector<std::pair<std::string, std::string>>& defaults) {
+  for (auto& [k, v] : cfg.properties)
+    for (auto& [fk, fv] : fixed)
+      if (k == fk)
+        return caf::make_error(ec::invalid_config,
+                               "kafka.properties: " + k + " is fixed by the projection (" + fv
+                                 + ") and cannot be set");
   char err[512];
   rd_kafka_conf_t* conf = rd_kafka_conf_new();
   auto set = [&](const std::string& key, const std::string& value) -> caf::error {
@@ -26,8 +33,9 @@ make_handle(rd_kafka_type_t type, const client_settings& cfg,
     {"client.id", cfg.client_id},
     {"log_level", "3"},
   };
+  all.insert(all.end(), defaults.begin(), defaults.end());
   all.insert(all.end(), cfg.properties.begin(), cfg.properties.end());
-  all.insert(all.end(), extra.begin(), extra.end());
+  all.insert(all.end(), fixed.begin(), fixed.end());
   for (auto& [k, v] : all)
     if (auto e = set(k, v)) {
       rd_kafka_conf_destroy(conf);

@@ -26,12 +26,15 @@ struct handle_deleter {
 };
 using handle_ptr = std::unique_ptr<rd_kafka_t, handle_deleter>;
 
-/// Builds a handle of `type`; `extra` goes after the settings' properties so
-/// that the properties the projection depends on cannot be overridden.
-/// Property values never appear in error messages (they may be secrets).
+/// Builds a handle of `type`.  `defaults` go before the settings'
+/// properties (an operator may override them); `fixed` are the properties the
+/// projection's guarantees depend on: setting one of them in the properties
+/// is an ec::invalid_config error naming it.  Property values never appear
+/// in error messages (they may be secrets).
 caf::expected<handle_ptr>
 make_handle(rd_kafka_type_t type, const client_settings& cfg,
-            const std::vector<std::pair<std::string, std::string>>& extra);
+            const std::vector<std::pair<std::string, std::string>>& fixed,
+            const std::vector<std::pair<std::string, std::string>>& defaults = {});
 
 /// Maps a librdkafka error to ec::kafka_unavailable with `what` as context.
 caf::error kafka_error(rd_kafka_resp_err_t err, const std::string& what);

@@ -74,9 +74,15 @@ dispatch_log_consumer::make(dispatch_log_consumer_config cfg) {
                          {"enable.auto.offset.store", "false"},
                          {"auto.offset.reset", "error"},
                          {"isolation.level", "read_committed"},
-                         {"enable.partition.eof", "true"},
-                         {"queued.max.messages.kbytes", std::to_string(cfg.queued_max_kbytes)},
-                         {"fetch.max.bytes", std::to_string(cfg.fetch_max_bytes)}});
+                         {"enable.partition.eof", "true"}},
+                        // Memory versus throughput: operators may size these.
+                        {{"queued.max.messages.kbytes", std::to_string(cfg.queued_max_kbytes)},
+                         {"fetch.max.bytes", std::to_string(cfg.fetch_max_bytes)},
+                         // librdkafka postpones a partition's next fetch by
+                         // this much once its prefetch queue is full (default
+                         // 1000 ms): in catch-up the queue drains far sooner,
+                         // and one partition starved for most of each second.
+                         {"fetch.queue.backoff.ms", std::to_string(cfg.fetch_queue_backoff_ms)}});
   if (!rk)
     return rk.error();
   rd_kafka_poll_set_consumer(rk->get());

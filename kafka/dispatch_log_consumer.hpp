@@ -27,6 +27,8 @@ struct dispatch_log_consumer_config {
   /// Bound on what librdkafka prefetches per partition (memory cap).
   int queued_max_kbytes = 16384;
   int fetch_max_bytes = 8 * 1024 * 1024;
+  /// Re-check of a full prefetch queue (librdkafka's default is 1000 ms).
+  int fetch_queue_backoff_ms = 5;
 };
 
 class dispatch_log_consumer final : public dispatch_log,

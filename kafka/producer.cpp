@@ -18,11 +18,11 @@ caf::error from(rd_kafka_error_t* err, const std::string& what) {
 
 caf::expected<producer> producer::make(const client_settings& cfg,
                                        const std::string& transactional_id) {
-  std::vector<std::pair<std::string, std::string>> extra{
-    {"enable.idempotence", "true"}, {"linger.ms", "5"}, {"batch.num.messages", "10000"}};
+  std::vector<std::pair<std::string, std::string>> fixed{{"enable.idempotence", "true"}};
   if (!transactional_id.empty())
-    extra.emplace_back("transactional.id", transactional_id);
-  auto rk = make_handle(RD_KAFKA_PRODUCER, cfg, extra);
+    fixed.emplace_back("transactional.id", transactional_id);
+  auto rk = make_handle(RD_KAFKA_PRODUCER, cfg, fixed,
+                        {{"linger.ms", "5"}, {"batch.num.messages", "10000"}});
   if (!rk)
     return rk.error();
   if (!transactional_id.empty())

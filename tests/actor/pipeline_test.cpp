@@ -106,6 +106,40 @@ CAF_TEST(the writer pipelines batches of several partitions and confirms them in
   CAF_CHECK(world->sessions == expected_sessions());
 }
 
+CAF_TEST(one partition keeps max-batches-in-flight batches unconfirmed) {
+  // A single consumer decodes its next batch while the writer still waits
+  // for the replies of the previous one, up to the configured depth.
+  world->partitions.resize(1);
+  fill(0, 60);
+  settings.max_batch_records = 5;
+  settings.max_batches_in_flight = 3;
+  h0 = world->lsos();
+  start();
+  CAF_REQUIRE(drive_to("ready"));
+  CAF_CHECK_EQUAL(world->calls.max_unconfirmed, 3u);
+  CAF_CHECK_EQUAL(world->calls.confirm, 12u);
+  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{60});
+  CAF_CHECK(world->sessions == expected_sessions());
+  // Idle afterwards: one poll tick at a time, nothing written.
+  auto polls = world->calls.poll;
+  run_for(100ms);
+  CAF_CHECK_LESS_OR_EQUAL(world->calls.poll - polls, 21u); // one per 5-ms tick
+  CAF_CHECK_EQUAL(world->calls.confirm, 12u);
+}
+
+CAF_TEST(max-batches-in-flight 1 writes strictly one batch after the other) {
+  world->partitions.resize(1);
+  fill(0, 20);
+  settings.max_batch_records = 5;
+  settings.max_batches_in_flight = 1;
+  h0 = world->lsos();
+  start();
+  CAF_REQUIRE(drive_to("ready"));
+  CAF_CHECK_EQUAL(world->calls.max_unconfirmed, 1u);
+  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{20});
+  CAF_CHECK(world->sessions == expected_sessions());
+}
+
 CAF_TEST(pull answers newest first across partitions) {
   world->append(0, "old", 100, {"alice"});
   world->append(1, "newest", 900, {"alice", "bob"});

@@ -40,6 +40,13 @@ TEST(Cli, BadUsageAndBadConfigExitTwoNamingTheKey) {
       "--kafka.properties=[\"no-equals\"]"}, "kafka.properties"},
     {{"verify", "--projection.dispatch-topic=t", "--projection.partition-count=1",
       "--kafka.properties=[\"bogus.property=1\"]"}, "bogus.property"},
+    // The properties the guarantees rest on cannot be overridden.
+    {{"verify", "--projection.dispatch-topic=t", "--projection.partition-count=1",
+      "--kafka.properties=[\"isolation.level=read_uncommitted\"]"}, "isolation.level is fixed"},
+    {{"verify", "--projection.dispatch-topic=t", "--projection.partition-count=1",
+      "--kafka.properties=[\"enable.auto.commit=true\"]"}, "enable.auto.commit is fixed"},
+    {{"verify", "--projection.dispatch-topic=t", "--projection.partition-count=1",
+      "--projection.max-batches-in-flight=0"}, "projection.max-batches-in-flight"},
     {{"verify", "--no-such-option=1"}, "no-such-option"},
     {{"verify", "--config-file=/nonexistent/x.conf"}, "/nonexistent/x.conf"},
     {{"verify", "--projection.dispatch-topic=t", "--projection.partition-count=1",
@@ -50,6 +57,18 @@ TEST(Cli, BadUsageAndBadConfigExitTwoNamingTheKey) {
     EXPECT_EQ(res.rc, 2) << r.expect << "\n" << res.err;
     EXPECT_NE((res.err + res.out).find(r.expect), std::string::npos) << res.err;
   }
+}
+
+TEST(Cli, TheShippedConfigFilesParse) {
+  // Every key in the templates is known and well-formed: what stops the node
+  // is the first thing the file leaves to the host (its secrets).
+  auto prod = test::run_cli({"verify", "--config-file=" QSP_SOURCE_DIR "/config/production.conf"});
+  EXPECT_EQ(prod.rc, 2) << prod.err;
+  EXPECT_NE(prod.err.find("/etc/qsession/redis-password"), std::string::npos) << prod.err;
+  auto local = test::run_cli({"verify", "--config-file=" QSP_SOURCE_DIR "/config/local.conf",
+                              "--redis.port=70000"});
+  EXPECT_EQ(local.rc, 2) << local.err;
+  EXPECT_NE(local.err.find("redis.port"), std::string::npos) << local.err;
 }
 
 TEST(Cli, UnreachableDependenciesExitFour) {
