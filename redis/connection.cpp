@@ -1,6 +1,8 @@
 #include "redis/connection.hpp"
 
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 
 #include <cerrno>
 #include <cstring>
@@ -10,6 +12,45 @@
 #include "messages/types.hpp"
 
 namespace qsp::redis {
+
+namespace {
+
+/// hiredis writes with send(2) without MSG_NOSIGNAL: on a connection the
+/// server has closed, that raises SIGPIPE, whose default action kills the
+/// process (exit 141).  While alive, this blocks SIGPIPE in the calling
+/// thread and then discards one raised by the write, so the failure is an
+/// EPIPE error like any other, whether or not the host ignores SIGPIPE.
+class sigpipe_guard {
+public:
+  sigpipe_guard() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    sigset_t pending;
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~sigpipe_guard() {
+    if (!was_pending_) {
+      sigset_t pending;
+      sigpending(&pending);
+      if (sigismember(&pending, SIGPIPE) == 1) {
+        timespec zero{0, 0};
+        while (sigtimedwait(&pipe_, nullptr, &zero) < 0 && errno == EINTR) {
+        }
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  sigpipe_guard(const sigpipe_guard&) = delete;
+  sigpipe_guard& operator=(const sigpipe_guard&) = delete;
+
+private:
+  sigset_t pipe_, old_;
+  bool was_pending_ = false;
+};
+
+} // namespace
 
 namespace {
 
@@ -113,6 +154,7 @@ void connection::append_formatted(std::string_view resp) {
 }
 
 caf::error connection::flush() {
+  sigpipe_guard guard;
   int done = 0;
   while (!done)
     if (redisBufferWrite(ctx_, &done) != REDIS_OK)
@@ -132,6 +174,7 @@ caf::expected<reply_ptr> classify(const std::string& where, void* raw) {
 } // namespace
 
 caf::expected<reply_ptr> connection::read_reply() {
+  sigpipe_guard guard; // redisGetReply first writes what is still queued
   void* raw = nullptr;
   if (redisGetReply(ctx_, &raw) != REDIS_OK || raw == nullptr)
     return io_error("reading a reply");

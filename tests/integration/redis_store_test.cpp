@@ -1,5 +1,7 @@
 // The Redis adapters against a real redis-server: pipelined ZADD GT, the
 // atomic read, meta creation and the guarded checkpoint write.
+#include <csignal>
+
 #include <gtest/gtest.h>
 
 #include "messages/types.hpp"
@@ -104,6 +106,31 @@ TEST(RedisSessionStore, PipelinedSendsAreConfirmedOldestFirstWithTheirOwnErrors)
   ASSERT_TRUE(got && *got);
   EXPECT_TRUE((*store)->apply(zadds{{"u5", {{"c", 5}}}})); // still in step
   EXPECT_EQ(test::zset(*c, prefix + "u5").at("c"), 5);
+}
+
+TEST(RedisSessionStore, WritingToAKilledServerIsAnErrorNotSigpipe) {
+  // hiredis writes without MSG_NOSIGNAL; SIGPIPE's default action would end
+  // this test process (and the node: exit 141) instead of failing the call.
+  ASSERT_EQ(signal(SIGPIPE, SIG_DFL), SIG_DFL);
+  test::private_redis r{"sigpipe", {}};
+  ASSERT_TRUE(r.wait_ready());
+  auto cfg = test::redis_settings("ns", "convs:");
+  cfg.port = r.port;
+  auto store = redis::redis_session_store::open(cfg);
+  ASSERT_TRUE(store) << describe(store.error());
+  ASSERT_TRUE((*store)->apply(zadds{{"u", {{"c", 1}}}}));
+  r.kill_hard();
+  // Pipelined sends without reading: the first write is still accepted by
+  // the kernel, the peer's reset makes a later one fail with EPIPE.
+  bool failed = false;
+  for (int i = 0; i < 1000 && !failed; ++i) {
+    auto sent = (*store)->send(zadds{{"u", {{"c", i}}}});
+    if (!sent) {
+      failed = true;
+      EXPECT_EQ(sent.error().code(), static_cast<uint8_t>(ec::redis_unavailable));
+    }
+  }
+  EXPECT_TRUE(failed);
 }
 
 TEST(RedisCheckpointStore, GuardedWriteRejectsASecondWriterAndForeignEdits) {
