@@ -395,60 +395,78 @@ partition_consumer(consumer_actor::stateful_pointer<consumer_state> self, projec
   st.partition = partition;
   st.next = start;
   st.sent_end = start;
-  // At most one poll message is queued at any time (immediate or delayed):
-  // a queued poll sees the latest state when it runs, so a second one would
-  // only duplicate it, and duplicates would multiply the idle ticks.
-  auto wake = [=](caf::timespan delay) {
+  // Wake-ups: at most one atom::poll and one atom::tick are queued at any
+  // time (a queued poll sees the latest state when it runs, so a second one
+  // would only duplicate it, and duplicated ticks would multiply), plus the
+  // reader's atom::wake when records arrive on an empty queue.
+  auto poll_now = [=] {
     auto& st = self->state;
     if (st.poll_queued)
       return;
     st.poll_queued = true;
-    if (delay.count() == 0)
-      self->send(self, atom::poll_v);
-    else
-      self->delayed_send(self, delay, atom::poll_v);
+    self->send(self, atom::poll_v);
   };
-  wake(caf::timespan{0});
+  auto tick_later = [=] {
+    auto& st = self->state;
+    if (st.tick_queued)
+      return;
+    st.tick_queued = true;
+    self->delayed_send(self, cfg.idle_poll, atom::tick_v);
+  };
+  auto poll = [=] {
+    auto& st = self->state;
+    if (st.poison) {
+      // Nothing after the undecodable record: stop once what precedes it
+      // is confirmed.
+      if (st.in_flight == 0)
+        self->quit(st.poison);
+      return;
+    }
+    if (st.in_flight >= cfg.max_batches_in_flight)
+      return; // a confirmation polls again
+    auto b = st.next_batch(cfg);
+    if (!b) {
+      self->quit(b.error());
+      return;
+    }
+    if (b->records.empty() && b->end_offset <= st.sent_end) {
+      if (st.poison && st.in_flight == 0)
+        self->quit(st.poison);
+      else if (st.in_flight == 0)
+        tick_later();
+      return; // else: the next confirmation polls again
+    }
+    ++st.in_flight;
+    st.sent_end = b->end_offset;
+    self->request(writer, caf::infinite, atom::write_v, std::move(*b))
+      .then(
+        [=](const checkpoint_advanced& cp) {
+          auto& st = self->state;
+          --st.in_flight;
+          st.next = std::max(st.next, cp.next_offset);
+          poll_now();
+        },
+        [=](caf::error& err) { self->quit(std::move(err)); });
+    // Decode the next batch while the writer writes this one.
+    if (st.in_flight < cfg.max_batches_in_flight && !st.poison)
+      poll_now();
+  };
+  caf::weak_actor_ptr weak = self->ctrl();
+  st.reader->on_data([weak] {
+    if (auto strong = weak.lock())
+      caf::anon_send(caf::actor_cast<caf::actor>(strong), atom::wake_v);
+  });
+  poll_now();
   return {
     [=](atom::poll) {
-      auto& st = self->state;
-      st.poll_queued = false;
-      if (st.poison) {
-        // Nothing after the undecodable record: stop once what precedes it
-        // is confirmed.
-        if (st.in_flight == 0)
-          self->quit(st.poison);
-        return;
-      }
-      if (st.in_flight >= cfg.max_batches_in_flight)
-        return; // a confirmation polls again
-      auto b = st.next_batch(cfg);
-      if (!b) {
-        self->quit(b.error());
-        return;
-      }
-      if (b->records.empty() && b->end_offset <= st.sent_end) {
-        if (st.poison && st.in_flight == 0)
-          self->quit(st.poison);
-        else if (st.in_flight == 0)
-          wake(cfg.idle_poll);
-        return; // else: the next confirmation polls again
-      }
-      ++st.in_flight;
-      st.sent_end = b->end_offset;
-      self->request(writer, caf::infinite, atom::write_v, std::move(*b))
-        .then(
-          [=](const checkpoint_advanced& cp) {
-            auto& st = self->state;
-            --st.in_flight;
-            st.next = std::max(st.next, cp.next_offset);
-            wake(caf::timespan{0});
-          },
-          [=](caf::error& err) { self->quit(std::move(err)); });
-      // Decode the next batch while the writer writes this one.
-      if (st.in_flight < cfg.max_batches_in_flight && !st.poison)
-        wake(caf::timespan{0});
+      self->state.poll_queued = false;
+      poll();
     },
+    [=](atom::tick) {
+      self->state.tick_queued = false;
+      poll();
+    },
+    [=](atom::wake) { poll(); },
   };
 }
 

@@ -127,7 +127,8 @@ struct consumer_state {
   int64_t next = 0;          ///< next offset not yet confirmed by the writer
   int64_t sent_end = 0;      ///< next offset not yet sent to the writer
   size_t in_flight = 0;      ///< batches sent, not yet confirmed
-  bool poll_queued = false;  ///< a poll message (immediate or delayed) is queued
+  bool poll_queued = false;  ///< an atom::poll to self is queued
+  bool tick_queued = false;  ///< the idle timer (atom::tick) is running
   caf::error poison;         ///< an undecodable record after the current batch
   std::vector<log_record> buf;
 

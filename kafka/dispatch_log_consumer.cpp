@@ -14,6 +14,22 @@ public:
                       std::string topic, int32_t partition)
     : owner_(std::move(owner)), q_(q), topic_(std::move(topic)), partition_(partition) {}
 
+  ~rd_partition_reader() override {
+    // Takes the queue's lock: once it returns, the callback neither runs
+    // nor will run, so `wake_` may go.
+    if (wake_)
+      rd_kafka_queue_cb_event_enable(q_, nullptr, nullptr);
+  }
+
+  void on_data(std::function<void()> wake) override {
+    if (wake_)
+      rd_kafka_queue_cb_event_enable(q_, nullptr, nullptr);
+    wake_ = std::make_unique<std::function<void()>>(std::move(wake));
+    // librdkafka calls this from its own thread when an element is enqueued
+    // on the (previously empty) partition queue.
+    rd_kafka_queue_cb_event_enable(q_, &rd_partition_reader::on_event, wake_.get());
+  }
+
   caf::expected<void> poll(size_t max, std::vector<log_record>& out, int64_t& passed) override {
     if (auto err = owner_->poll_events())
       return err;
@@ -45,6 +61,10 @@ public:
   }
 
 private:
+  static void on_event(rd_kafka_t*, void* opaque) {
+    (*static_cast<std::function<void()>*>(opaque))();
+  }
+
   std::string where() const { return "topic " + topic_ + " partition " + std::to_string(partition_); }
 
   std::shared_ptr<dispatch_log_consumer> owner_;
@@ -52,6 +72,7 @@ private:
   std::string topic_;
   int32_t partition_;
   std::vector<rd_kafka_message_t*> buf_;
+  std::unique_ptr<std::function<void()>> wake_;
 };
 
 } // namespace

@@ -41,7 +41,9 @@ using writer_actor = caf::typed_actor<
 /// Polls one partition of the dispatch log on a tick, decodes, hands one
 /// bounded batch at a time to the writer, and waits for its confirmation.
 using consumer_actor = caf::typed_actor<
-  caf::reacts_to<atom::poll>>;
+  caf::reacts_to<atom::poll>,   ///< poll now (self)
+  caf::reacts_to<atom::tick>,   ///< the idle timer (self)
+  caf::reacts_to<atom::wake>>;  ///< records arrived (the reader's data callback)
 
 /// Compares every partition's checkpoint with this start's H0 and tells the
 /// supervisor once when all have reached it.  H0 never moves.

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -113,6 +114,11 @@ public:
   /// was delivered or is a marker/aborted record), or leaves it untouched.
   virtual caf::expected<void> poll(size_t max, std::vector<log_record>& out,
                                    int64_t& passed) = 0;
+  /// Asks for `wake` to be called (from any thread, so it must only post a
+  /// message) when records or events arrive while nothing is queued; the
+  /// reader stops calling it before it is destroyed.  Default: never (the
+  /// caller's idle timer alone finds new records).
+  virtual void on_data(std::function<void()> /*wake*/) {}
 };
 
 /// The dispatch-log consumer: static assignment with explicit starts.

@@ -1,6 +1,8 @@
 // The reusable dispatch-log consumer against the real broker: explicit
 // starts, the [low, high] readiness check, per-partition order, and progress
 // past transaction markers from the partition-EOF offset.
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -64,6 +66,51 @@ TEST(DispatchLogConsumer, ReadersGetEveryRecordEvenWhenCreatedLongAfterAssign) {
     for (size_t i = 0; i < offs.size(); ++i)
       EXPECT_EQ(offs[i], first[p] + static_cast<int64_t>(i));
   }
+  auto admin = kafka::admin::make(test::kafka_client());
+  (*admin)->delete_topic(topic);
+}
+
+TEST(DispatchLogConsumer, TheReaderWakesItsOwnerWhenRecordsArrive) {
+  // The node's consumers sleep on an idle timer; the data callback lets a
+  // record appended to an idle partition be read at once.
+  auto topic = test::unique_name("consumer-wake");
+  test::create_topic(topic, 1);
+  auto log = kafka::dispatch_log_consumer::make(consumer_config(topic));
+  ASSERT_TRUE(log) << describe(log.error());
+  ASSERT_TRUE((*log)->start({{0, 0}}));
+  auto reader = (*log)->reader(0);
+  ASSERT_NE(reader, nullptr);
+  std::mutex mtx;
+  std::condition_variable cv;
+  int wakes = 0;
+  reader->on_data([&] {
+    std::lock_guard<std::mutex> g{mtx};
+    ++wakes;
+    cv.notify_all();
+  });
+  // Drain to the partition EOF: the queue is empty and idle now.
+  int64_t passed = -1;
+  std::vector<log_record> out;
+  ASSERT_TRUE(test::eventually([&] {
+    EXPECT_TRUE(reader->poll(100, out, passed));
+    return passed == 0;
+  }, 30s));
+  {
+    std::lock_guard<std::mutex> g{mtx};
+    wakes = 0;
+  }
+  auto prod = kafka::producer::make(test::kafka_client());
+  ASSERT_TRUE(prod->send(topic, 0, core::encode_json(test::make_dispatch(7))));
+  ASSERT_TRUE(prod->flush());
+  {
+    std::unique_lock<std::mutex> g{mtx};
+    ASSERT_TRUE(cv.wait_for(g, 30s, [&] { return wakes > 0; })) << "no wake-up within 30 s";
+  }
+  out.clear();
+  ASSERT_TRUE(reader->poll(100, out, passed));
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].offset, 0);
+  reader.reset(); // unregisters the callback before `wakes` goes out of scope
   auto admin = kafka::admin::make(test::kafka_client());
   (*admin)->delete_topic(topic);
 }
