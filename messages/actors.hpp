@@ -29,17 +29,20 @@ namespace qsp {
 using verifier_actor = caf::typed_actor<
   caf::replies_to<atom::verify>::with<verified_start>>;
 
-/// Projects batches: coalesced, pipelined ZADD GT for every recipient, reads
-/// every reply, then the guarded checkpoint write to the batch's end.  Answers
-/// the checkpoint now stored, or an error (and then wrote no checkpoint).
-/// Also serves PULL_SESSION_LIST reads for the supervisor's gate.
+/// Projects batches: coalesced, pipelined ZADD GT for every recipient, sent
+/// while earlier batches still await their replies; once every reply of a
+/// batch is read, the guarded checkpoint write to the batch's end (batches
+/// are confirmed in the order sent).  Answers the checkpoint now stored, or
+/// an error (and then wrote no checkpoint).  atom::poll is its own confirm
+/// loop.  Also serves PULL_SESSION_LIST reads for the supervisor's gate.
 using writer_actor = caf::typed_actor<
   caf::replies_to<atom::write, partition_batch>::with<checkpoint_advanced>,
   caf::replies_to<atom::sessions, std::string, uint32_t>::with<session_list>,
   caf::reacts_to<atom::poll>>;
 
-/// Polls one partition of the dispatch log on a tick, decodes, hands one
-/// bounded batch at a time to the writer, and waits for its confirmation.
+/// Polls one partition of the dispatch log when woken (records arrived, a
+/// confirmation, or the idle tick), decodes, and hands bounded batches to the
+/// writer, at most projection.max-batches-in-flight unconfirmed.
 using consumer_actor = caf::typed_actor<
   caf::reacts_to<atom::poll>,   ///< poll now (self)
   caf::reacts_to<atom::tick>,   ///< the idle timer (self)
