@@ -9,7 +9,22 @@ using namespace qsp::test;
 
 namespace {
 
-struct fixture : projection_fixture {};
+struct fixture : projection_fixture {
+  /// One partition of `records` in batches of 5 with `depth` batches in
+  /// flight: catches up completely, never more than `depth` unconfirmed.
+  void catch_up_one_partition(int records, size_t depth) {
+    world->partitions.resize(1);
+    fill(0, records);
+    settings.max_batch_records = 5;
+    settings.max_batches_in_flight = depth;
+    h0 = world->lsos();
+    start();
+    CAF_REQUIRE(drive_to("ready"));
+    CAF_CHECK_EQUAL(world->calls.max_unconfirmed, depth);
+    CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{records});
+    CAF_CHECK(world->sessions == expected_sessions());
+  }
+};
 
 bool all_reached(const std::shared_ptr<fake_world>& w, const std::map<int32_t, int64_t>& h0) {
   for (auto& [p, target] : h0)
@@ -109,17 +124,8 @@ CAF_TEST(the writer pipelines batches of several partitions and confirms them in
 CAF_TEST(one partition keeps max-batches-in-flight batches unconfirmed) {
   // A single consumer decodes its next batch while the writer still waits
   // for the replies of the previous one, up to the configured depth.
-  world->partitions.resize(1);
-  fill(0, 60);
-  settings.max_batch_records = 5;
-  settings.max_batches_in_flight = 3;
-  h0 = world->lsos();
-  start();
-  CAF_REQUIRE(drive_to("ready"));
-  CAF_CHECK_EQUAL(world->calls.max_unconfirmed, 3u);
+  catch_up_one_partition(60, 3);
   CAF_CHECK_EQUAL(world->calls.confirm, 12u);
-  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{60});
-  CAF_CHECK(world->sessions == expected_sessions());
   // Idle afterwards: one poll tick at a time, nothing written.
   auto polls = world->calls.poll;
   run_for(100ms);
@@ -128,16 +134,7 @@ CAF_TEST(one partition keeps max-batches-in-flight batches unconfirmed) {
 }
 
 CAF_TEST(max-batches-in-flight 1 writes strictly one batch after the other) {
-  world->partitions.resize(1);
-  fill(0, 20);
-  settings.max_batch_records = 5;
-  settings.max_batches_in_flight = 1;
-  h0 = world->lsos();
-  start();
-  CAF_REQUIRE(drive_to("ready"));
-  CAF_CHECK_EQUAL(world->calls.max_unconfirmed, 1u);
-  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{20});
-  CAF_CHECK(world->sessions == expected_sessions());
+  catch_up_one_partition(20, 1);
 }
 
 CAF_TEST(pull answers newest first across partitions) {
