@@ -243,7 +243,6 @@ writer_state::confirm_oldest(std::chrono::milliseconds wait) {
   if (auto ok = gen->checkpoints->write_checkpoint(id, f.partition, f.expected, f.end_offset);
       !ok)
     return ok.error();
-  written[f.partition] = f.end_offset;
   return checkpoint_advanced{f.partition, f.end_offset, f.records, f.recipient_writes};
 }
 
@@ -258,9 +257,8 @@ redis_writer(writer_actor::stateful_pointer<writer_state> self, verified_start v
   // Partitions without a stored checkpoint start from "absent" (bootstrap).
   for (auto& [p, start] : vs.starts) {
     auto i = vs.checkpoints.find(p);
-    st.written[p] = i != vs.checkpoints.end() ? i->second : -1;
+    st.sent[p] = i != vs.checkpoints.end() ? i->second : -1;
   }
-  st.sent = st.written;
   // Any failure ends this writer (and so the generation): the pipelined
   // connection's state is unknown, and no later checkpoint may be written.
   auto fail = [=](const caf::error& err) {
@@ -393,7 +391,6 @@ partition_consumer(consumer_actor::stateful_pointer<consumer_state> self, projec
   st.decoder = std::move(decoder);
   st.topic = cfg.topic;
   st.partition = partition;
-  st.next = start;
   st.sent_end = start;
   // Wake-ups: at most one atom::poll and one atom::tick are queued at any
   // time (a queued poll sees the latest state when it runs, so a second one
@@ -440,10 +437,8 @@ partition_consumer(consumer_actor::stateful_pointer<consumer_state> self, projec
     st.sent_end = b->end_offset;
     self->request(writer, caf::infinite, atom::write_v, std::move(*b))
       .then(
-        [=](const checkpoint_advanced& cp) {
-          auto& st = self->state;
-          --st.in_flight;
-          st.next = std::max(st.next, cp.next_offset);
+        [=](const checkpoint_advanced&) {
+          --self->state.in_flight;
           poll_now();
         },
         [=](caf::error& err) { self->quit(std::move(err)); });

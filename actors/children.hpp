@@ -67,10 +67,9 @@ struct writer_state {
   std::shared_ptr<generation> gen;
   std::unique_ptr<session_store> sessions;
   core::identity id;
-  /// The next_offset this writer last stored per partition (-1: absent).
-  std::map<int32_t, int64_t> written;
-  /// The end offset of the last batch sent per partition (= written when
-  /// nothing is in flight): the guard of that partition's next checkpoint.
+  /// The end offset of the last batch sent per partition (-1: no checkpoint
+  /// stored yet): the guard of that partition's next checkpoint, which is
+  /// written only after every earlier batch of it was confirmed.
   std::map<int32_t, int64_t> sent;
   /// A confirm loop (atom::poll to self) is running.
   bool confirming = false;
@@ -124,7 +123,6 @@ struct consumer_state {
   std::shared_ptr<const core::decoder> decoder;
   std::string topic;
   int32_t partition = 0;
-  int64_t next = 0;          ///< next offset not yet confirmed by the writer
   int64_t sent_end = 0;      ///< next offset not yet sent to the writer
   size_t in_flight = 0;      ///< batches sent, not yet confirmed
   bool poll_queued = false;  ///< an atom::poll to self is queued

@@ -43,11 +43,9 @@ public:
 private:
   explicit redis_session_store(std::unique_ptr<connection> conn) : conn_(std::move(conn)) {}
   std::unique_ptr<connection> conn_;
-  std::vector<std::string> scores_;  ///< reused decimal buffers
   std::string buf_;                  ///< reused RESP buffer
   size_t replies_read_ = 0;          ///< of the batch being confirmed
   caf::error first_failure_;         ///< of the batch being confirmed
-  std::vector<std::string_view> argv_;
 };
 
 } // namespace qsp::redis
