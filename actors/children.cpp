@@ -19,17 +19,54 @@ uint64_t elapsed_ns(caf::actor_clock::time_point since, caf::actor_clock::time_p
 
 } // namespace
 
+// -- generation ---------------------------------------------------------------
+
+void generation::abort() {
+  std::vector<std::function<void()>> hooks;
+  {
+    std::lock_guard<std::mutex> g{mtx_};
+    aborted_ = true;
+    hooks = hooks_;
+  }
+  for (auto& h : hooks)
+    h();
+}
+
+bool generation::aborted() const {
+  std::lock_guard<std::mutex> g{mtx_};
+  return aborted_;
+}
+
+void generation::add_hook(std::function<void()> hook) {
+  {
+    std::lock_guard<std::mutex> g{mtx_};
+    if (!aborted_) {
+      hooks_.push_back(std::move(hook));
+      return;
+    }
+  }
+  hook();
+}
+
 // -- metadata verifier --------------------------------------------------------
 
 caf::expected<verified_start> verifier_state::run(const projection_settings& cfg,
                                                   generation& gen) {
+  // Every handle is made here, on the verifier's own thread in production:
+  // rd_kafka_new starts threads and may block.
+  auto log = gen.ports->make_dispatch_log();
+  if (!log)
+    return log.error();
+  gen.log = std::move(*log);
   auto broker = gen.ports->make_inspector();
   if (!broker)
     return broker.error();
-  auto store = gen.ports->make_checkpoint_store();
-  if (!store)
-    return store.error();
-  auto r = inspect_startup(cfg, **broker, **store);
+  auto made = gen.ports->make_checkpoint_store();
+  if (!made)
+    return made.error();
+  std::shared_ptr<checkpoint_store> store = std::move(*made);
+  gen.track(store);
+  auto r = inspect_startup(cfg, **broker, *store);
   if (!r)
     return r.error();
   if (!r->ok())
@@ -49,29 +86,17 @@ caf::expected<verified_start> verifier_state::run(const projection_settings& cfg
   auto again = (*broker)->identity(cfg.topic);
   if (!again)
     return again.error();
-  if (again->cluster_id != vs.id.cluster_id)
-    return caf::make_error(ec::identity_changed,
-                           "meta: field cluster_id: stored \"" + vs.id.cluster_id + "\", observed \""
-                             + again->cluster_id + "\": the broker changed during startup");
-  if (again->topic_id != vs.id.topic_id)
-    return caf::make_error(ec::identity_changed,
-                           "meta: field topic_id: stored \"" + vs.id.topic_id + "\", observed \""
-                             + again->topic_id + "\": the topic was recreated during startup");
-  if (again->partition_count != vs.id.partition_count)
-    return caf::make_error(ec::identity_changed,
-                           "meta: field partition_count: stored \""
-                             + std::to_string(vs.id.partition_count) + "\", observed \""
-                             + std::to_string(again->partition_count)
-                             + "\": the partition count changed during startup");
+  if (auto err = identity_mismatch(vs.id, *again, "during startup"))
+    return err;
   // Meta is created only once everything above is proven, so a refused
   // startup leaves nothing behind.
   if (!r->validated.meta_present) {
-    auto created = (*store)->create_meta(vs.id);
+    auto created = store->create_meta(vs.id);
     if (!created)
       return created.error();
     vs.meta_created = *created;
   }
-  gen.checkpoints = std::move(*store);
+  gen.checkpoints = std::move(store);
   return vs;
 }
 
@@ -84,6 +109,105 @@ metadata_verifier(verifier_actor::stateful_pointer<verifier_state> self, project
       if (!vs)
         return vs.error();
       return std::move(*vs);
+    },
+  };
+}
+
+// -- identity fence -----------------------------------------------------------
+
+caf::expected<uint64_t> fence_state::check(const projection_settings& cfg, generation& gen) {
+  if (!broker) {
+    auto made = gen.ports->make_inspector();
+    if (!made)
+      return made.error();
+    broker = std::move(*made);
+  }
+  auto seq = ++checks;
+  auto seen = broker->identity(cfg.topic);
+  if (!seen)
+    return seen.error();
+  if (auto err = identity_mismatch(pinned, *seen, "while running"))
+    return err;
+  return seq;
+}
+
+fence_actor::behavior_type identity_fence(fence_actor::stateful_pointer<fence_state> self,
+                                          projection_settings cfg, core::identity pinned,
+                                          std::shared_ptr<generation> gen,
+                                          std::shared_ptr<metrics> stats) {
+  self->state.pinned = std::move(pinned);
+  // Runs one check and answers every request that arrived before it started.
+  auto run = [=] {
+    auto& st = self->state;
+    st.last_start = self->clock().now();
+    auto waiting = std::move(st.waiting);
+    st.waiting.clear();
+    stats->identity_checks += 1;
+    auto r = st.check(cfg, *gen);
+    if (!r) {
+      if (!is_refusal(r.error())) {
+        stats->identity_check_errors += 1;
+        QSP_LOG_WARN("identity check of topic {} unanswered: {}", cfg.topic, describe(r.error()));
+      }
+      for (auto& rp : waiting)
+        rp.deliver(r.error());
+      self->quit(r.error());
+      return;
+    }
+    for (auto& rp : waiting)
+      rp.deliver(*r);
+  };
+  self->send(self, atom::tick_v);
+  return {
+    [=](atom::check) -> caf::result<uint64_t> {
+      auto& st = self->state;
+      auto rp = self->make_response_promise<uint64_t>();
+      st.waiting.push_back(rp);
+      if (!st.delayed) {
+        auto due = st.last_start + cfg.identity_check_min_gap;
+        auto now = self->clock().now();
+        if (now >= due) {
+          run();
+        } else {
+          st.delayed = true;
+          self->delayed_send(self, due - now, atom::poll_v);
+        }
+      }
+      return rp;
+    },
+    [=](atom::poll) {
+      self->state.delayed = false;
+      if (!self->state.waiting.empty())
+        run();
+    },
+    [=](atom::tick) {
+      run();
+      if (!self->getf(caf::abstract_actor::is_terminated_flag))
+        self->delayed_send(self, cfg.identity_check_interval, atom::tick_v);
+    },
+  };
+}
+
+// -- session reader -----------------------------------------------------------
+
+reader_actor::behavior_type session_reader(reader_actor::stateful_pointer<reader_state> self,
+                                           std::shared_ptr<generation> gen) {
+  return {
+    [=](atom::sessions, const std::string& user, uint32_t limit) -> caf::result<session_list> {
+      auto& st = self->state;
+      if (!st.sessions) {
+        auto made = gen->ports->make_session_store();
+        if (!made)
+          return made.error();
+        st.sessions = std::move(*made);
+        gen->track(st.sessions);
+      }
+      auto r = st.sessions->sessions(user, limit);
+      if (!r) {
+        st.sessions.reset(); // a fresh connection for the next read
+        return r.error();
+      }
+      return std::move(*r);
     },
   };
 }
@@ -209,6 +333,7 @@ caf::expected<bool> writer_state::send(const partition_batch& b,
     if (!s)
       return s.error();
     sessions = std::move(*s);
+    gen->track(sessions);
   }
   auto& ups = coalesce(b);
   if (!ups.empty())
@@ -216,40 +341,130 @@ caf::expected<bool> writer_state::send(const partition_batch& b,
       return ok.error();
   in_flight f;
   f.partition = b.partition;
-  f.expected = last;
   f.end_offset = b.end_offset;
   f.records = b.records.size();
   for (auto& u : ups)
     f.recipient_writes += u.count;
   f.zadds = ups.size();
+  f.fence_tag = fence_requests;
   f.t0 = t0;
   pending.push_back(std::move(f));
   last = b.end_offset;
   return true;
 }
 
-caf::expected<std::optional<checkpoint_advanced>>
-writer_state::confirm_oldest(std::chrono::milliseconds wait) {
-  auto& f = pending.front();
-  if (f.zadds > 0) {
-    auto done = sessions->confirm(f.zadds, wait);
-    if (!done)
-      return done.error();
-    if (!*done)
-      return std::optional<checkpoint_advanced>{};
-  }
-  // Every reply of this batch was read and none was an error: now its
-  // checkpoint.  Earlier batches of the partition were confirmed before.
-  if (auto ok = gen->checkpoints->write_checkpoint(id, f.partition, f.expected, f.end_offset);
-      !ok)
-    return ok.error();
-  return checkpoint_advanced{f.partition, f.end_offset, f.records, f.recipient_writes};
+bool writer_state::busy(int32_t p) const {
+  auto of_p = [p](const in_flight& f) { return f.partition == p; };
+  return std::any_of(pending.begin(), pending.end(), of_p)
+         || std::any_of(fenced.begin(), fenced.end(), of_p);
 }
 
+caf::expected<bool> writer_state::confirm_oldest(std::chrono::milliseconds wait) {
+  auto& f = pending.front();
+  if (f.zadds == 0)
+    return true;
+  return sessions->confirm(f.zadds, wait);
+}
+
+caf::expected<std::vector<checkpoint_advanced>>
+writer_state::checkpoint_fenced(uint64_t answered) {
+  // Batches of a partition are in offset order: its last one is its highest.
+  std::map<int32_t, checkpoint_advanced> next;
+  for (auto& f : fenced) {
+    if (f.fence_tag >= answered)
+      break;
+    auto& cp = next[f.partition];
+    cp.partition = f.partition;
+    cp.next_offset = f.end_offset;
+    cp.records += f.records;
+    cp.recipient_writes += f.recipient_writes;
+  }
+  std::vector<checkpoint_advanced> out;
+  for (auto& [p, cp] : next) {
+    // Every reply of every batch up to cp.next_offset was read and none was
+    // an error, and the identity was confirmed after they were fetched.
+    auto& cur = stored[p];
+    if (auto ok = gen->checkpoints->write_checkpoint(id, p, cur, cp.next_offset); !ok)
+      return ok.error();
+    cur = cp.next_offset;
+    out.push_back(cp);
+  }
+  return out;
+}
+
+namespace {
+
+using writer_pointer = writer_actor::stateful_pointer<writer_state>;
+
+// Any failure ends this writer (and so the generation): the pipelined
+// connection's state is unknown, and no later checkpoint may be written.
+void writer_fail(writer_pointer self, const caf::error& err) {
+  auto& st = self->state;
+  for (auto& f : st.pending)
+    f.rp.deliver(err);
+  st.pending.clear();
+  st.fenced.clear();
+  for (auto& [p, rp] : st.flushes)
+    rp.deliver(err);
+  st.flushes.clear();
+  self->quit(err);
+}
+
+// Answers the flush requests of partitions with nothing in flight.
+void answer_flushes(writer_pointer self) {
+  auto& st = self->state;
+  for (auto i = st.flushes.begin(); i != st.flushes.end();) {
+    if (st.busy(i->first)) {
+      ++i;
+      continue;
+    }
+    i->second.deliver(st.stored[i->first]);
+    i = st.flushes.erase(i);
+  }
+}
+
+// Asks the identity fence for a check that starts after every batch now in
+// `fenced` was fetched, then writes their checkpoints.  One request at a time.
+void request_fence(writer_pointer self, fence_actor fence, aggregator_actor aggregator) {
+  auto& st = self->state;
+  if (st.fenced.empty() || st.fence_outstanding)
+    return;
+  st.fence_outstanding = true;
+  auto k = ++st.fence_requests;
+  self->request(fence, caf::infinite, atom::check_v)
+    .then(
+      [=](uint64_t) {
+        auto& st = self->state;
+        st.fence_outstanding = false;
+        auto cps = st.checkpoint_fenced(k);
+        if (!cps) {
+          writer_fail(self, cps.error());
+          return;
+        }
+        auto now = self->clock().now();
+        auto& m = *st.stats;
+        while (!st.fenced.empty() && st.fenced.front().fence_tag < k) {
+          m.batches += 1;
+          m.observe_batch_latency(elapsed_ns(st.fenced.front().t0, now));
+          st.fenced.pop_front();
+        }
+        for (auto& cp : *cps) {
+          m.records += cp.records;
+          m.recipient_writes += cp.recipient_writes;
+          self->send(aggregator, atom::progress_v, cp);
+        }
+        answer_flushes(self);
+        request_fence(self, fence, aggregator);
+      },
+      [=](caf::error& err) { writer_fail(self, err); });
+}
+
+} // namespace
+
 writer_actor::behavior_type
-redis_writer(writer_actor::stateful_pointer<writer_state> self, verified_start vs,
-             std::shared_ptr<generation> gen, aggregator_actor aggregator,
-             std::shared_ptr<metrics> stats) {
+redis_writer(writer_actor::stateful_pointer<writer_state> self, projection_settings cfg,
+             verified_start vs, std::shared_ptr<generation> gen, aggregator_actor aggregator,
+             fence_actor fence, std::shared_ptr<metrics> stats) {
   auto& st = self->state;
   st.gen = std::move(gen);
   st.id = vs.id;
@@ -257,45 +472,14 @@ redis_writer(writer_actor::stateful_pointer<writer_state> self, verified_start v
   // Partitions without a stored checkpoint start from "absent" (bootstrap).
   for (auto& [p, start] : vs.starts) {
     auto i = vs.checkpoints.find(p);
-    st.sent[p] = i != vs.checkpoints.end() ? i->second : -1;
+    st.sent[p] = st.stored[p] = i != vs.checkpoints.end() ? i->second : -1;
   }
-  // Any failure ends this writer (and so the generation): the pipelined
-  // connection's state is unknown, and no later checkpoint may be written.
-  auto fail = [=](const caf::error& err) {
-    for (auto& f : self->state.pending)
-      f.rp.deliver(err);
-    self->state.pending.clear();
-    self->quit(err);
-  };
-  // Confirms the oldest in-flight batch (waits at most `wait` for its
-  // replies).  True when it was confirmed.
-  auto confirm_one = [=](std::chrono::milliseconds wait) -> bool {
-    auto& st = self->state;
-    auto r = st.confirm_oldest(wait);
-    if (!r) {
-      fail(r.error());
-      return false;
-    }
-    if (!*r)
-      return false;
-    auto f = std::move(st.pending.front());
-    st.pending.pop_front();
-    auto& cp = **r;
-    auto& m = *st.stats;
-    m.records += cp.records;
-    m.recipient_writes += cp.recipient_writes;
-    m.batches += 1;
-    m.observe_batch_latency(elapsed_ns(f.t0, self->clock().now()));
-    self->send(aggregator, atom::progress_v, cp);
-    f.rp.deliver(cp);
-    return true;
-  };
   return {
     [=](atom::write, const partition_batch& b) -> caf::result<checkpoint_advanced> {
       auto& st = self->state;
       auto queued = st.send(b, self->clock().now());
       if (!queued) {
-        fail(queued.error());
+        writer_fail(self, queued.error());
         return queued.error();
       }
       if (!*queued) {
@@ -312,6 +496,14 @@ redis_writer(writer_actor::stateful_pointer<writer_state> self, verified_start v
       st.pending.back().rp = rp;
       return rp;
     },
+    [=](atom::flush, int32_t partition) -> caf::result<int64_t> {
+      auto& st = self->state;
+      if (!st.busy(partition))
+        return st.stored[partition];
+      auto rp = self->make_response_promise<int64_t>();
+      st.flushes.emplace(partition, rp);
+      return rp;
+    },
     [=](atom::poll) {
       auto& st = self->state;
       if (st.pending.empty()) {
@@ -320,31 +512,35 @@ redis_writer(writer_actor::stateful_pointer<writer_state> self, verified_start v
       }
       // Block briefly for replies only when no write is waiting.
       auto wait = self->mailbox().empty() ? st.confirm_wait : std::chrono::milliseconds{0};
-      confirm_one(wait);
-      if (self->getf(caf::abstract_actor::is_terminated_flag))
+      auto done = st.confirm_oldest(wait);
+      if (!done) {
+        writer_fail(self, done.error());
         return;
+      }
+      if (*done) {
+        auto f = std::move(st.pending.front());
+        st.pending.pop_front();
+        // The consumer may send more; the checkpoint waits for the fence.
+        f.rp.deliver(checkpoint_advanced{f.partition, f.end_offset, f.records,
+                                         f.recipient_writes});
+        st.fenced.push_back(std::move(f));
+        request_fence(self, fence, aggregator);
+      } else if (self->clock().now() - st.pending.front().t0 > cfg.write_timeout) {
+        auto& f = st.pending.front();
+        writer_fail(self, caf::make_error(
+                            ec::redis_unavailable,
+                            "no reply from Redis to the " + std::to_string(f.zadds)
+                              + " ZADDs of partition " + std::to_string(f.partition)
+                              + " up to offset " + std::to_string(f.end_offset) + " within "
+                              + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                 cfg.write_timeout).count())
+                              + " ms (redis.command-timeout)"));
+        return;
+      }
       if (st.pending.empty())
         st.confirming = false;
       else
         self->send(self, atom::poll_v); // behind the writes that arrived meanwhile
-    },
-    [=](atom::sessions, const std::string& user, uint32_t limit) -> caf::result<session_list> {
-      auto& s = self->state;
-      // The session connection carries the pipelined replies: confirm every
-      // batch in flight first.
-      while (!s.pending.empty())
-        if (!confirm_one(std::chrono::milliseconds{-1}))
-          return caf::make_error(ec::redis_unavailable, "the Redis writer failed");
-      if (!s.sessions) {
-        auto made = s.gen->ports->make_session_store();
-        if (!made)
-          return made.error();
-        s.sessions = std::move(*made);
-      }
-      auto r = s.sessions->sessions(user, limit);
-      if (!r)
-        return r.error();
-      return std::move(*r);
     },
   };
 }
@@ -410,13 +606,22 @@ partition_consumer(consumer_actor::stateful_pointer<consumer_state> self, projec
     st.tick_queued = true;
     self->delayed_send(self, cfg.idle_poll, atom::tick_v);
   };
+  // Nothing after an undecodable record: stop once what precedes it is
+  // confirmed and checkpointed.
+  auto stop_at_poison = [=] {
+    auto& st = self->state;
+    if (st.stopping)
+      return;
+    st.stopping = true;
+    self->request(writer, caf::infinite, atom::flush_v, st.partition)
+      .then([=](int64_t) { self->quit(self->state.poison); },
+            [=](caf::error& err) { self->quit(std::move(err)); });
+  };
   auto poll = [=] {
     auto& st = self->state;
     if (st.poison) {
-      // Nothing after the undecodable record: stop once what precedes it
-      // is confirmed.
       if (st.in_flight == 0)
-        self->quit(st.poison);
+        stop_at_poison();
       return;
     }
     if (st.in_flight >= cfg.max_batches_in_flight)
@@ -428,7 +633,7 @@ partition_consumer(consumer_actor::stateful_pointer<consumer_state> self, projec
     }
     if (b->records.empty() && b->end_offset <= st.sent_end) {
       if (st.poison && st.in_flight == 0)
-        self->quit(st.poison);
+        stop_at_poison();
       else if (st.in_flight == 0)
         tick_later();
       return; // else: the next confirmation polls again

@@ -11,9 +11,47 @@ bool supports_zadd_gt(const std::string& version) {
   return major > 6 || (major == 6 && minor >= 2);
 }
 
+caf::error identity_mismatch(const core::identity& pinned, const broker_state& observed,
+                             const std::string& when) {
+  auto changed = [&](const char* field, const std::string& stored, const std::string& seen,
+                     const char* what) {
+    return caf::make_error(ec::identity_changed, std::string{"meta: field "} + field
+                                                   + ": stored \"" + stored + "\", observed \""
+                                                   + seen + "\": " + what + " " + when);
+  };
+  if (observed.cluster_id != pinned.cluster_id)
+    return changed("cluster_id", pinned.cluster_id, observed.cluster_id,
+                   "the broker cluster changed");
+  if (observed.topic_id != pinned.topic_id)
+    return changed("topic_id", pinned.topic_id, observed.topic_id,
+                   "the topic was deleted and recreated");
+  if (observed.partition_count != pinned.partition_count)
+    return changed("partition_count", std::to_string(pinned.partition_count),
+                   std::to_string(observed.partition_count), "the partition count changed");
+  return caf::none;
+}
+
+std::vector<core::problem> check_prerequisites(const projection_settings& cfg,
+                                               const std::string& maxmemory_policy,
+                                               const std::string& cleanup_policy) {
+  std::vector<core::problem> out;
+  if (maxmemory_policy != "noeviction" && !cfg.allow_eviction)
+    out.push_back(core::problem{
+      std::nullopt, "redis maxmemory-policy", "noeviction", maxmemory_policy,
+      "Redis may evict projected sets, meta or checkpoints; set maxmemory-policy noeviction "
+      "(or redis.allow-eviction=true if maxmemory can never be reached)"});
+  // "" means the broker did not report it: nothing to judge.
+  if (!cleanup_policy.empty() && cleanup_policy != "delete")
+    out.push_back(core::problem{
+      std::nullopt, "topic cleanup.policy", "delete", cleanup_policy,
+      "compaction removes records and leaves gaps that cannot be told from markers"});
+  return out;
+}
+
 caf::expected<inspection> inspect_startup(const projection_settings& cfg, broker_inspector& broker,
                                           checkpoint_store& store) {
   inspection r;
+  // Redis first (DESIGN.md §4.1) ...
   auto version = store.server_version();
   if (!version)
     return version.error();
@@ -21,18 +59,25 @@ caf::expected<inspection> inspect_startup(const projection_settings& cfg, broker
   if (!supports_zadd_gt(r.redis_version))
     r.problems.push_back(core::problem{std::nullopt, "redis_version", "6.2", r.redis_version,
                                        "Redis older than 6.2 has no ZADD GT"});
+  auto policy = store.maxmemory_policy();
+  if (!policy)
+    return policy.error();
+  r.maxmemory_policy = *policy;
+  auto stored = store.read(cfg.topic, cfg.partition_count);
+  if (!stored)
+    return stored.error();
+  r.stored = std::move(*stored);
+  // ... then the broker: identity, configuration and the watermarks (H0).
   auto bs = broker.inspect(cfg.topic);
   if (!bs)
     return bs.error();
   r.broker = std::move(*bs);
+  for (auto& p : check_prerequisites(cfg, r.maxmemory_policy, r.broker.cleanup_policy))
+    r.problems.push_back(p);
   core::identity configured{cfg.topic, cfg.partition_count, {}, {}};
   for (auto& p : core::validate_broker_identity(configured, r.broker.cluster_id,
                                                 r.broker.topic_id, r.broker.partition_count))
     r.problems.push_back(p);
-  auto stored = store.read(cfg.topic);
-  if (!stored)
-    return stored.error();
-  r.stored = std::move(*stored);
   r.observed = core::identity{cfg.topic, cfg.partition_count, r.broker.cluster_id,
                               r.broker.topic_id};
   r.validated = core::validate_stored(r.stored, r.observed);

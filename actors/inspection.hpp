@@ -14,6 +14,7 @@ namespace qsp {
 
 struct inspection {
   std::string redis_version;
+  std::string maxmemory_policy;  ///< Redis `maxmemory-policy`
   broker_state broker;
   core::stored_state stored;
   core::identity observed;       ///< configured topic/count + broker ids
@@ -23,13 +24,28 @@ struct inspection {
   bool ok() const { return problems.empty(); }
 };
 
-/// Reads everything and judges it.  Fails only when a dependency cannot be
+/// Reads everything and judges it: Redis first (version, maxmemory-policy,
+/// meta and checkpoints), then the broker (identity, configuration,
+/// watermarks: H0), as DESIGN.md §4.1 orders it — a checkpoint written in
+/// between by another instance is then below the fresher high, not above it.  Fails only when a dependency cannot be
 /// read (transient); validation failures are reported in `problems`.
 caf::expected<inspection> inspect_startup(const projection_settings& cfg, broker_inspector& broker,
                                           checkpoint_store& store);
 
 /// True if a Redis `version` ("major.minor.patch") has ZADD GT (>= 6.2).
 bool supports_zadd_gt(const std::string& version);
+
+/// ec::identity_changed naming the first field of `observed` that differs
+/// from `pinned` (cluster_id, topic_id, partition_count), or none.  `when`
+/// ends the message ("during startup", "while running").
+caf::error identity_mismatch(const core::identity& pinned, const broker_state& observed,
+                             const std::string& when);
+
+/// The prerequisites of DESIGN.md §4: Redis must not evict (unless
+/// cfg.allow_eviction), the topic must be cleanup.policy=delete.
+std::vector<core::problem> check_prerequisites(const projection_settings& cfg,
+                                               const std::string& maxmemory_policy,
+                                               const std::string& cleanup_policy);
 
 /// One ec::refused error carrying every problem, one per line.
 caf::error refusal(const std::vector<core::problem>& problems);

@@ -17,6 +17,13 @@ struct metrics {
   std::atomic<uint64_t> recipient_writes{0};
   std::atomic<uint64_t> batches{0};
   std::atomic<uint64_t> restarts{0};
+  /// librdkafka client-level errors not tied to a partition (all brokers
+  /// down, transport, authentication), counted by the dispatch-log consumer.
+  std::atomic<uint64_t> kafka_client_errors{0};
+  /// Run-time identity checks (the fence) done, and those that failed to
+  /// get an answer (a changed identity is a refusal, counted in failures).
+  std::atomic<uint64_t> identity_checks{0};
+  std::atomic<uint64_t> identity_check_errors{0};
   std::array<std::atomic<uint64_t>, error_kinds> failures{};
   std::array<std::atomic<uint64_t>, latency_bounds.size() + 1> latency_buckets{};
   std::atomic<uint64_t> latency_count{0};

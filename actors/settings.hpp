@@ -24,6 +24,18 @@ struct projection_settings {
   caf::timespan backoff_initial = std::chrono::milliseconds(200);
   caf::timespan backoff_max = std::chrono::seconds(30);
   caf::timespan progress_interval = std::chrono::seconds(5);
+  /// The run-time identity fence (DESIGN.md §4): the broker identity is
+  /// re-checked at least this often while running, idle or not.
+  caf::timespan identity_check_interval = std::chrono::seconds(1);
+  /// While checkpoints wait for the fence, checks run back to back but at
+  /// most one per this gap (bounds the metadata requests to the broker).
+  caf::timespan identity_check_min_gap = std::chrono::milliseconds(50);
+  /// Deadline of the pipelined ZADD replies (redis.command-timeout): a batch
+  /// unconfirmed for longer fails the writer (dirty, restart).
+  caf::timespan write_timeout = std::chrono::seconds(5);
+  /// Start even though Redis may evict keys (maxmemory-policy other than
+  /// noeviction): redis.allow-eviction, for operators who know their headroom.
+  bool allow_eviction = false;
 
   /// An error naming the key and what is expected, or none.
   caf::error validate() const;

@@ -43,8 +43,18 @@ struct supervisor_state {
   std::set<caf::actor_addr> children;
   verifier_actor verifier;
   aggregator_actor aggregator;
+  fence_actor fence;
   writer_actor writer;
+  reader_actor reader;
   std::vector<consumer_actor> consumers;
+  /// The current generation and children, shared with the termination hook,
+  /// which ends them however the supervisor ends (children are monitored,
+  /// not linked: a link would also bring their exits here as exit messages).
+  struct lifeline {
+    std::shared_ptr<qsp::generation> gen;
+    std::vector<caf::actor> children;
+  };
+  std::shared_ptr<lifeline> life = std::make_shared<lifeline>();
 };
 
 using supervisor_pointer = projection_actor::stateful_pointer<supervisor_state>;
@@ -79,28 +89,39 @@ void transition(supervisor_pointer self, std::string next, const std::string& wh
   notify(self);
 }
 
+// Children are monitored (the down handler decides what their end means);
+// the termination hook ends them whatever ends the supervisor.
 template <class Handle>
 void adopt(supervisor_pointer self, const Handle& child) {
   self->monitor(child);
   self->state.children.insert(child.address());
+  self->state.life->children.push_back(caf::actor_cast<caf::actor>(child));
 }
 
-void stop_children(supervisor_pointer self) {
+// Ends the generation: every child, and every blocking call of theirs.
+void stop_children(supervisor_pointer self, caf::error reason = caf::exit_reason::user_shutdown) {
   auto& st = self->state;
   auto kill = [&](auto& h) {
     if (h) {
       self->demonitor(h.address());
-      self->send_exit(h, caf::exit_reason::user_shutdown);
+      self->send_exit(h, reason);
       h = nullptr;
     }
   };
   kill(st.verifier);
   kill(st.aggregator);
+  kill(st.fence);
   kill(st.writer);
+  kill(st.reader);
   for (auto& c : st.consumers)
     kill(c);
   st.consumers.clear();
   st.children.clear();
+  st.life->children.clear();
+  if (st.life->gen) {
+    st.life->gen->abort();
+    st.life->gen.reset();
+  }
 }
 
 void start_generation(supervisor_pointer self);
@@ -143,11 +164,19 @@ void on_verified(supervisor_pointer self, verified_start vs, std::shared_ptr<gen
   for (auto& [p, start] : vs.starts)
     QSP_LOG_INFO("partition {}: start {} H0 {}", p, start, vs.h0[p]);
   auto io = st.opts.detached_io;
+  // Actors that block on Redis or the broker get their own threads.
+  auto spawn_io = [&](auto fun, auto&&... xs) {
+    return io ? self->spawn<caf::detached>(fun, std::forward<decltype(xs)>(xs)...)
+              : self->spawn(fun, std::forward<decltype(xs)>(xs)...);
+  };
   st.aggregator = self->spawn(readiness_aggregator, st.cfg, vs, projection_actor{self});
   adopt(self, st.aggregator);
-  st.writer = io ? self->spawn<caf::detached>(redis_writer, vs, gen, st.aggregator, st.stats)
-                 : self->spawn(redis_writer, vs, gen, st.aggregator, st.stats);
+  st.fence = spawn_io(identity_fence, st.cfg, vs.id, gen, st.stats);
+  adopt(self, st.fence);
+  st.writer = spawn_io(redis_writer, st.cfg, vs, gen, st.aggregator, st.fence, st.stats);
   adopt(self, st.writer);
+  st.reader = spawn_io(session_reader, gen);
+  adopt(self, st.reader);
   for (auto& [p, start] : vs.starts) {
     auto reader = gen->log->reader(p);
     if (!reader) {
@@ -168,12 +197,7 @@ void start_generation(supervisor_pointer self) {
   transition(self, "verifying", "");
   auto gen = std::make_shared<generation>();
   gen->ports = st.ports;
-  auto log = st.ports->make_dispatch_log();
-  if (!log) {
-    fail(self, log.error());
-    return;
-  }
-  gen->log = std::move(*log);
+  st.life->gen = gen;
   st.verifier = st.opts.detached_io ? self->spawn<caf::detached>(metadata_verifier, st.cfg, gen)
                                     : self->spawn(metadata_verifier, st.cfg, gen);
   adopt(self, st.verifier);
@@ -210,6 +234,31 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
                              : caf::make_error(ec::unspecified, "a child exited unexpectedly");
     fail(self, reason);
   });
+  // Trapping exits: an exit message (a host's send_exit, a linked host
+  // actor that died) ends the projection in order, children and blocking
+  // calls included.  A normal exit of a linked actor is ignored, as CAF's
+  // default handler does.
+  self->set_exit_handler([=](caf::exit_msg& msg) {
+    auto& st = self->state;
+    if (!msg.reason || st.stopping)
+      return;
+    QSP_LOG_INFO("projection of {}: exit message ({}), stopping", st.cfg.topic,
+                 caf::to_string(msg.reason));
+    st.stopping = true;
+    stop_children(self, msg.reason);
+    transition(self, "stopped", "exit message");
+    self->quit(msg.reason);
+  });
+  // However the supervisor ends (even by exit_reason::kill, which cannot be
+  // trapped), no child and no blocking call of the current generation
+  // outlives it.
+  self->attach_functor([life = st.life](const caf::error&) {
+    for (auto& child : life->children)
+      caf::anon_send_exit(child, caf::exit_reason::user_shutdown);
+    life->children.clear();
+    if (life->gen)
+      life->gen->abort();
+  });
   self->send(self, atom::restart_v, uint64_t{0});
   return {
     [=](atom::status) -> caf::result<projection_status> {
@@ -230,9 +279,9 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
     },
     [=](atom::pull, const std::string& user, uint32_t limit) -> caf::result<session_list> {
       // The PULL_SESSION_LIST gate.
-      if (!self->state.ready || !self->state.writer)
+      if (!self->state.ready || !self->state.reader)
         return caf::make_error(ec::not_ready, "projection is " + self->state.state);
-      return self->delegate(self->state.writer, atom::sessions_v, user, limit);
+      return self->delegate(self->state.reader, atom::sessions_v, user, limit);
     },
     [=](atom::subscribe, const caf::actor& listener) {
       self->state.subscribers.push_back(listener);

@@ -4,6 +4,7 @@
 
 #include <memory>
 
+#include "actors/metrics.hpp"
 #include "kafka/dispatch_log_consumer.hpp"
 #include "ports/ports.hpp"
 #include "redis/connection.hpp"
@@ -15,6 +16,9 @@ struct real_ports_settings {
   redis::settings redis;
 };
 
-std::shared_ptr<port_factory> make_real_ports(real_ports_settings cfg);
+/// `stats` (optional) receives the adapters' own counters, e.g.
+/// kafka_client_errors.
+std::shared_ptr<port_factory> make_real_ports(real_ports_settings cfg,
+                                              std::shared_ptr<metrics> stats = nullptr);
 
 } // namespace qsp

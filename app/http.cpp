@@ -77,6 +77,13 @@ std::string prometheus_text(const projection_status& s, const metrics& m, const 
   out += "qsp_batches_total{" + lbl + "} " + std::to_string(m.batches.load()) + "\n";
   metric("qsp_restarts_total", "counter", "restarts after a transient failure");
   out += "qsp_restarts_total{" + lbl + "} " + std::to_string(m.restarts.load()) + "\n";
+  metric("qsp_kafka_client_errors_total", "counter",
+         "librdkafka client-level errors (all brokers down, transport, authentication)");
+  out += "qsp_kafka_client_errors_total{" + lbl + "} " + std::to_string(m.kafka_client_errors.load()) + "\n";
+  metric("qsp_identity_checks_total", "counter", "run-time broker identity checks (the fence)");
+  out += "qsp_identity_checks_total{" + lbl + "} " + std::to_string(m.identity_checks.load()) + "\n";
+  metric("qsp_identity_check_errors_total", "counter", "identity checks the broker did not answer");
+  out += "qsp_identity_check_errors_total{" + lbl + "} " + std::to_string(m.identity_check_errors.load()) + "\n";
   metric("qsp_failures_total", "counter", "failures by kind");
   for (size_t i = 1; i < metrics::error_kinds; ++i) {
     auto name = to_string(static_cast<ec>(i));
@@ -85,7 +92,7 @@ std::string prometheus_text(const projection_status& s, const metrics& m, const 
     out += "qsp_failures_total{" + lbl + ",kind=\"" + name + "\"} "
            + std::to_string(m.failures[i].load()) + "\n";
   }
-  metric("qsp_batch_write_seconds", "histogram", "ZADD pipeline + checkpoint write latency");
+  metric("qsp_batch_write_seconds", "histogram", "from a batch reaching the writer to its checkpoint (ZADD replies, identity fence, checkpoint write)");
   uint64_t cum = 0;
   for (size_t i = 0; i < metrics::latency_bounds.size(); ++i) {
     cum += m.latency_buckets[i].load();

@@ -76,7 +76,8 @@ caf::expected<inspection> inspect_now(const app::node_settings& s) {
   auto store = ports->make_checkpoint_store();
   if (!store)
     return store.error();
-  return inspect_startup(s.projection, **broker, **store);
+  std::shared_ptr<checkpoint_store> st = std::move(*store);
+  return inspect_startup(s.projection, **broker, *st);
 }
 
 int cmd_verify(const app::node_settings& s) {
@@ -93,6 +94,12 @@ int cmd_verify(const app::node_settings& s) {
               s.projection.topic.c_str(), r->broker.cluster_id.c_str(),
               r->broker.topic_id.c_str(), r->broker.partition_count, s.projection.partition_count,
               r->redis_version.c_str());
+  std::printf("prerequisites: redis maxmemory-policy %s%s, topic cleanup.policy %s\n",
+              r->maxmemory_policy.c_str(),
+              s.projection.allow_eviction && r->maxmemory_policy != "noeviction"
+                ? " (allowed by redis.allow-eviction)" : "",
+              r->broker.cleanup_policy.empty() ? "(not reported)"
+                                               : r->broker.cleanup_policy.c_str());
   std::printf("%-9s %12s %12s %12s %12s  %s\n", "partition", "low", "high", "checkpoint", "start",
               "verdict");
   for (auto& pp : r->plan.partitions) {
@@ -121,6 +128,7 @@ int cmd_inspect(const app::node_settings& s, bool json) {
   }
   nlohmann::json j;
   j["redis_version"] = r->redis_version;
+  j["redis_maxmemory_policy"] = r->maxmemory_policy;
   j["namespace"] = s.projection.ns;
   j["meta"] = r->stored.meta ? nlohmann::json(*r->stored.meta) : nlohmann::json(nullptr);
   j["checkpoints"] = nlohmann::json(r->stored.checkpoints);
@@ -130,6 +138,7 @@ int cmd_inspect(const app::node_settings& s, bool json) {
   b["topic_id"] = r->broker.topic_id;
   b["partition_count"] = r->broker.partition_count;
   b["retention_ms"] = r->broker.retention_ms;
+  b["cleanup_policy"] = r->broker.cleanup_policy;
   auto& parts = b["partitions"] = nlohmann::json::array();
   for (size_t p = 0; p < r->broker.marks.size(); ++p)
     parts.push_back({{"partition", p}, {"low", r->broker.marks[p].low},
@@ -142,7 +151,8 @@ int cmd_inspect(const app::node_settings& s, bool json) {
     std::cout << j.dump(2) << '\n';
     return exit_ok;
   }
-  std::cout << "redis " << r->redis_version << ", namespace " << s.projection.ns << "\n\nmeta:\n";
+  std::cout << "redis " << r->redis_version << ", maxmemory-policy " << r->maxmemory_policy
+            << ", namespace " << s.projection.ns << "\n\nmeta:\n";
   if (r->stored.meta)
     for (auto& [k, v] : *r->stored.meta)
       std::cout << "  " << k << " = " << v << '\n';
@@ -150,7 +160,9 @@ int cmd_inspect(const app::node_settings& s, bool json) {
     std::cout << "  (absent)\n";
   std::cout << "\nbroker: cluster_id " << r->broker.cluster_id << ", topic " << s.projection.topic
             << ", topic_id " << r->broker.topic_id << ", partitions " << r->broker.partition_count
-            << ", retention.ms " << r->broker.retention_ms << "\n\n";
+            << ", retention.ms " << r->broker.retention_ms << ", cleanup.policy "
+            << (r->broker.cleanup_policy.empty() ? "(not reported)" : r->broker.cleanup_policy)
+            << "\n\n";
   std::printf("%-9s %12s %12s %12s %12s\n", "partition", "low", "lso", "high", "next_offset");
   for (size_t p = 0; p < r->broker.marks.size(); ++p) {
     auto key = std::to_string(p);
@@ -178,7 +190,7 @@ int cmd_inspect(const app::node_settings& s, bool json) {
 int cmd_run(caf::actor_system& sys, const app::node_settings& s, bool catch_up_only,
             sigset_t& signals) {
   auto stats = std::make_shared<metrics>();
-  auto proj = spawn_projection(sys, s.projection, make_real_ports(s.ports),
+  auto proj = spawn_projection(sys, s.projection, make_real_ports(s.ports, stats),
                                std::make_shared<core::json_decoder>(), stats);
   if (!proj) {
     std::cerr << "error: " << describe(proj.error()) << '\n';

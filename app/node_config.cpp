@@ -26,7 +26,12 @@ node_config::node_config() {
     .add(max_batches_in_flight, "max-batches-in-flight",
          "batches per partition sent to Redis and not yet confirmed (default: 2)")
     .add(catch_up_max_attempts, "catch-up-max-attempts",
-         "catch-up: give up (exit 4) after this many failed attempts in a row (default: 5)");
+         "catch-up: give up (exit 4) after this many failed attempts in a row (default: 5)")
+    .add(identity_check_interval, "identity-check-interval",
+         "re-check the broker identity (cluster id, topic id, partition count) at least this "
+         "often while running (default: 1s)")
+    .add(identity_check_min_gap, "identity-check-min-gap",
+         "least time between two identity checks while checkpoints wait for one (default: 50ms)");
   opt_group{custom_options_, "kafka"}
     .add(bootstrap, "bootstrap-servers", "broker list (default: 127.0.0.1:9092)")
     .add(client_id, "client-id", "librdkafka client.id (default: qsession-projection)")
@@ -44,7 +49,13 @@ node_config::node_config() {
     .add(redis_tls_cert_file, "tls-cert-file", "client certificate for TLS")
     .add(redis_tls_key_file, "tls-key-file", "client key for TLS")
     .add(redis_tls_server_name, "tls-server-name", "SNI / verified server name")
-    .add(redis_timeout_ms, "timeout-ms", "command timeout in ms (default: 10000)");
+    .add(redis_command_timeout, "command-timeout",
+         "deadline of every Redis exchange, pipelined ZADD replies included (default: 5s)")
+    .add(redis_connect_timeout, "connect-timeout", "connect deadline (default: 3s)")
+    .add(redis_timeout_ms, "timeout-ms", "deprecated: command-timeout in milliseconds")
+    .add(redis_allow_eviction, "allow-eviction",
+         "start although maxmemory-policy is not noeviction: only if maxmemory can never be "
+         "reached (default: false)");
   opt_group{custom_options_, "http"}
     .add(http_listen, "listen", "health/metrics/sessions endpoint host:port, empty or off disables (default: 127.0.0.1:9464)");
   opt_group{custom_options_, "log"}
@@ -73,6 +84,18 @@ caf::expected<node_settings> to_settings(const node_config& cfg) {
   p.max_batches_in_flight = static_cast<size_t>(cfg.max_batches_in_flight);
   if (auto err = p.validate())
     return err;
+  auto ms = [](caf::timespan t) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(t).count();
+  };
+  if (ms(cfg.identity_check_interval) < 10 || cfg.identity_check_interval > std::chrono::hours(1))
+    return bad("projection.identity-check-interval", "a duration in [10ms, 1h], got "
+                                                       + std::to_string(ms(cfg.identity_check_interval)) + "ms");
+  p.identity_check_interval = cfg.identity_check_interval;
+  if (cfg.identity_check_min_gap.count() < 0 || cfg.identity_check_min_gap > cfg.identity_check_interval)
+    return bad("projection.identity-check-min-gap",
+               "a duration in [0, projection.identity-check-interval], got "
+                 + std::to_string(ms(cfg.identity_check_min_gap)) + "ms");
+  p.identity_check_min_gap = cfg.identity_check_min_gap;
   if (cfg.catch_up_max_attempts <= 0)
     return bad("projection.catch-up-max-attempts", "an integer > 0");
   s.catch_up_max_attempts = static_cast<int>(cfg.catch_up_max_attempts);
@@ -112,9 +135,21 @@ caf::expected<node_settings> to_settings(const node_config& cfg) {
   r.tls_cert_file = cfg.redis_tls_cert_file;
   r.tls_key_file = cfg.redis_tls_key_file;
   r.tls_server_name = cfg.redis_tls_server_name;
-  if (cfg.redis_timeout_ms <= 0)
-    return bad("redis.timeout-ms", "an integer > 0");
-  r.command_timeout_ms = static_cast<int>(cfg.redis_timeout_ms);
+  auto command_ms = ms(cfg.redis_command_timeout);
+  if (cfg.redis_timeout_ms != 0) {
+    if (cfg.redis_timeout_ms < 0)
+      return bad("redis.timeout-ms", "an integer > 0");
+    command_ms = cfg.redis_timeout_ms;
+  }
+  if (command_ms < 1 || command_ms > 3600 * 1000)
+    return bad("redis.command-timeout", "a duration in [1ms, 1h], got " + std::to_string(command_ms) + "ms");
+  r.command_timeout_ms = static_cast<int>(command_ms);
+  p.write_timeout = std::chrono::milliseconds(command_ms);
+  auto connect_ms = ms(cfg.redis_connect_timeout);
+  if (connect_ms < 1 || connect_ms > 3600 * 1000)
+    return bad("redis.connect-timeout", "a duration in [1ms, 1h], got " + std::to_string(connect_ms) + "ms");
+  r.connect_timeout_ms = static_cast<int>(connect_ms);
+  p.allow_eviction = cfg.redis_allow_eviction;
   r.ns = p.ns;
   r.convs_prefix = p.convs_prefix;
 

@@ -3,6 +3,7 @@
 // once into typed settings (node_settings) and validated.
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,8 @@ struct node_config : caf::actor_system_config {
   int64_t max_batch_records = 5000;
   int64_t max_batches_in_flight = 2;
   int64_t catch_up_max_attempts = 5;
+  caf::timespan identity_check_interval = std::chrono::seconds(1);
+  caf::timespan identity_check_min_gap = std::chrono::milliseconds(50);
   // kafka
   std::string bootstrap = "127.0.0.1:9092";
   std::string client_id = "qsession-projection";
@@ -39,7 +42,10 @@ struct node_config : caf::actor_system_config {
   std::string redis_tls_cert_file;
   std::string redis_tls_key_file;
   std::string redis_tls_server_name;
-  int64_t redis_timeout_ms = 10000;
+  int64_t redis_timeout_ms = 0;  ///< deprecated alias of command-timeout (0: unset)
+  caf::timespan redis_command_timeout = std::chrono::seconds(5);
+  caf::timespan redis_connect_timeout = std::chrono::seconds(3);
+  bool redis_allow_eviction = false;
   // http
   std::string http_listen = "127.0.0.1:9464";
   // log

@@ -2,12 +2,16 @@
 // Message flow (DESIGN.md §10):
 //
 //   supervisor --verify--> metadata_verifier        (§4.1–4.3, identity recheck)
-//   supervisor spawns  partition_consumer × N, redis_writer, readiness_aggregator
+//   supervisor spawns  partition_consumer × N, redis_writer, identity_fence,
+//                      session_reader, readiness_aggregator
 //   partition_consumer --write(partition_batch)--> redis_writer
+//   redis_writer --check--> identity_fence          (before each checkpoint)
 //   redis_writer --progress(checkpoint_advanced)--> readiness_aggregator
+//   supervisor --sessions--> session_reader         (PULL_SESSION_LIST)
 //   readiness_aggregator --ready--> supervisor      (every partition reached H0)
-//   children fail by exiting with an error; the supervisor monitors them and
-//   alone decides dirty / refused / restart.
+//   children fail by exiting with an error; the supervisor monitors and links
+//   them and alone decides dirty / refused / restart; whatever ends the
+//   supervisor ends every child and interrupts their blocking calls.
 #pragma once
 
 #include <cstdint>
@@ -30,15 +34,37 @@ using verifier_actor = caf::typed_actor<
   caf::replies_to<atom::verify>::with<verified_start>>;
 
 /// Projects batches: coalesced, pipelined ZADD GT for every recipient, sent
-/// while earlier batches still await their replies; once every reply of a
-/// batch is read, the guarded checkpoint write to the batch's end (batches
-/// are confirmed in the order sent).  Answers the checkpoint now stored, or
-/// an error (and then wrote no checkpoint).  atom::poll is its own confirm
-/// loop.  Also serves PULL_SESSION_LIST reads for the supervisor's gate.
+/// while earlier batches still await their replies.  Answers a batch once
+/// every reply of its ZADDs was read (batches are confirmed in the order
+/// sent; an error answers every batch in flight and ends the writer).  Its
+/// guarded checkpoint write follows only after the identity fence confirmed
+/// the pinned broker identity with a check that started after the batch was
+/// fetched; then the aggregator hears of the checkpoint.  atom::poll is its
+/// own confirm loop; a batch unconfirmed past projection write_timeout fails it.
+/// `flush` answers a partition's stored checkpoint once every batch of it
+/// received so far is checkpointed (a consumer stopping at an undecodable
+/// record leaves the checkpoint exactly before it).
 using writer_actor = caf::typed_actor<
   caf::replies_to<atom::write, partition_batch>::with<checkpoint_advanced>,
-  caf::replies_to<atom::sessions, std::string, uint32_t>::with<session_list>,
+  caf::replies_to<atom::flush, int32_t>::with<int64_t>,
   caf::reacts_to<atom::poll>>;
+
+/// The run-time identity fence (DESIGN.md §4): re-checks cluster id, topic
+/// id and partition count every identity-check-interval, and on request.
+/// `check` answers the sequence number of a successful check that started
+/// after the request arrived (checks run at most one per min gap).  A changed
+/// identity ends it with ec::identity_changed (a refusal); an unanswered
+/// check ends it with a transient error.
+using fence_actor = caf::typed_actor<
+  caf::replies_to<atom::check>::with<uint64_t>,
+  caf::reacts_to<atom::tick>,   ///< the periodic check (self)
+  caf::reacts_to<atom::poll>>;  ///< a delayed on-demand check (self)
+
+/// Serves PULL_SESSION_LIST reads on its own Redis connection, never behind
+/// the write pipeline.  A failed read answers the error (and reconnects on
+/// the next read); it never ends the reader.
+using reader_actor = caf::typed_actor<
+  caf::replies_to<atom::sessions, std::string, uint32_t>::with<session_list>>;
 
 /// Polls one partition of the dispatch log when woken (records arrived, a
 /// confirmation, or the idle tick), decodes, and hands bounded batches to the

@@ -196,6 +196,8 @@ CAF_BEGIN_TYPE_ID_BLOCK(qsp, caf::first_custom_type_id)
   CAF_ADD_ATOM(qsp, qsp::atom, shutdown, "shutdown")
   CAF_ADD_ATOM(qsp, qsp::atom, tick, "tick")
   CAF_ADD_ATOM(qsp, qsp::atom, wake, "wake")
+  CAF_ADD_ATOM(qsp, qsp::atom, check, "check")
+  CAF_ADD_ATOM(qsp, qsp::atom, flush, "flush")
 CAF_END_TYPE_ID_BLOCK(qsp)
 
 CAF_ERROR_CODE_ENUM(qsp::ec, "qsp")

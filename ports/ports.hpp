@@ -26,6 +26,7 @@ struct broker_state {
   std::string topic_id;       ///< Kafka's text form (22 chars, URL-safe base64)
   int32_t partition_count = 0;
   int64_t retention_ms = -1;  ///< -1: not reported
+  std::string cleanup_policy; ///< the topic's cleanup.policy ("": not reported)
   /// Per partition: low and (read_committed) last stable offset as high.
   std::vector<core::watermarks> marks;
   /// Per partition: the high watermark under read_uncommitted.
@@ -38,7 +39,9 @@ public:
   virtual ~broker_inspector() = default;
   /// Identity, partition count, retention.ms, and watermarks of every partition.
   virtual caf::expected<broker_state> inspect(const std::string& topic) = 0;
-  /// Identity only: cluster id and topic id (for the post-readiness re-check).
+  /// Identity only: cluster id, topic id and partition count, asked of the
+  /// broker afresh (never a cached answer): the run-time identity fence.
+  /// A topic that does not exist (yet) is transient (ec::kafka_unavailable).
   virtual caf::expected<broker_state> identity(const std::string& topic) = 0;
 };
 
@@ -49,10 +52,17 @@ public:
   virtual ~checkpoint_store() = default;
   /// "major.minor.patch" of the server.
   virtual caf::expected<std::string> server_version() = 0;
-  /// Meta and every checkpoint key of the namespace/topic, in one atomic pass.
-  virtual caf::expected<core::stored_state> read(const std::string& topic) = 0;
-  /// Creates meta iff neither meta nor any checkpoint exists.  Returns true if
-  /// it created meta, false if meta already existed with the same content.
+  /// The server's `maxmemory-policy` (e.g. "noeviction").
+  virtual caf::expected<std::string> maxmemory_policy() = 0;
+  /// Meta and the checkpoints of partitions [0, partition_count), read in one
+  /// atomic step (no keyspace scan inside it), plus every other checkpoint key
+  /// of the topic (strays: found by a bounded, incremental SCAN outside the
+  /// atomic step, so Redis is never blocked for long).
+  virtual caf::expected<core::stored_state> read(const std::string& topic,
+                                                 int32_t partition_count) = 0;
+  /// Creates meta iff neither meta nor the checkpoint of any partition in
+  /// [0, id.partition_count) exists (atomically).  Returns true if it created
+  /// meta, false if meta already existed.
   virtual caf::expected<bool> create_meta(const core::identity& id) = 0;
   /// Guarded write: succeeds only if meta and the stored checkpoint carry `id`
   /// and the stored next_offset equals `expected` (-1: the key must be absent).
@@ -60,6 +70,9 @@ public:
   virtual caf::expected<void> write_checkpoint(const core::identity& id,
                                                int32_t partition, int64_t expected,
                                                int64_t next_offset) = 0;
+  /// Callable from any thread: a call blocked in I/O on this store returns
+  /// promptly with an error, and so does every later call.
+  virtual void interrupt() {}
 };
 
 /// One ZADD: a user's sorted set gets these members with at least these scores.
@@ -96,6 +109,9 @@ public:
   }
   /// The user's conversations, newest first.
   virtual caf::expected<session_list> sessions(const std::string& user, size_t limit) = 0;
+  /// Callable from any thread: a call blocked in I/O on this store returns
+  /// promptly with an error, and so does every later call.
+  virtual void interrupt() {}
 };
 
 /// One event read from a partition.

@@ -108,9 +108,9 @@ CAF_TEST(a failed ZADD pipeline leaves the checkpoint and restarts from it) {
   CAF_CHECK_GREATER_OR_EQUAL(confirmed, 20);
   CAF_CHECK_LESS_OR_EQUAL(confirmed, 50);
   auto cps = starts_now();
-  auto verifies = world->calls.make_inspector;
+  auto verifies = world->calls.read;
   CAF_REQUIRE(drive_to("ready"));
-  CAF_CHECK_EQUAL(world->calls.make_inspector, verifies + 1);
+  CAF_CHECK_EQUAL(world->calls.read, verifies + 1);
   CAF_CHECK(world->checkpoints() == h0);
   CAF_CHECK(world->sessions == expected_sessions());
   auto st = status();
@@ -153,7 +153,9 @@ CAF_TEST(a disconnect after some recipients were written replays without loss) {
       rest_complete &= world->score(failing[i].user, conv).value_or(-1) >= score;
   CAF_CHECK(first_written);
   CAF_CHECK(!rest_complete);
-  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{3});
+  // The first batch's checkpoint may still have waited for the identity
+  // fence when the writer failed: none, or exactly the first batch's end.
+  CAF_CHECK(world->checkpoint(0).value_or(3) == 3);
   CAF_REQUIRE(drive_to("ready"));
   CAF_CHECK_EQUAL(count_state("dirty"), 2u);
   CAF_CHECK(world->checkpoints() == h0);
@@ -293,11 +295,12 @@ CAF_TEST(replies lost after Redis ran the ZADDs leave no checkpoint and are repl
   CAF_REQUIRE(drive_to("dirty"));
   CAF_CHECK_EQUAL(failures_of("redis_unavailable"), 1u);
   CAF_CHECK(contains(last_error(), "pipelined ZADD replies"));
-  // Exactly one batch (4 records) was confirmed and checkpointed.
+  // At most the first batch (4 records) was confirmed and checkpointed (its
+  // checkpoint may still have waited for the identity fence).
   int64_t confirmed = 0;
   for (auto& [p, cp] : world->checkpoints())
     confirmed += cp;
-  CAF_CHECK_EQUAL(confirmed, 4);
+  CAF_CHECK(confirmed == 0 || confirmed == 4);
   CAF_REQUIRE(drive_to("ready"));
   CAF_CHECK_EQUAL(count_state("dirty"), 1u);
   CAF_CHECK(world->checkpoints() == h0);

@@ -156,13 +156,26 @@ CAF_TEST(a partition count change at the re-check is refused) {
   CAF_CHECK(contains(last_error(), "partition_count"));
 }
 
-CAF_TEST(a topic deleted before the re-check is refused) {
+CAF_TEST(a topic deleted before the re-check is transient and its recreation is refused) {
+  // A missing topic may be metadata still propagating: dirty and retried,
+  // never a permanent verdict.  Recreated under the same name, it has a new
+  // topic id, which the stored meta refuses.
   fill(0, 5);
+  seed_checkpoints({{0, 0}});
   auto w = world.get();
-  world->on_inspect = [w] { w->topic = "gone"; };
+  auto original = world->topic;
+  world->on_inspect = [w] {
+    w->topic = "gone";
+    w->on_inspect = nullptr;
+  };
   start();
-  CAF_REQUIRE(drive_to("refused"));
+  CAF_REQUIRE(drive_to("dirty"));
   CAF_CHECK(contains(last_error(), "does not exist"));
+  CAF_CHECK(!saw("refused"));
+  world->topic = original;
+  world->topic_id = fake_world::default_topic_id(2);
+  CAF_REQUIRE(drive_to("refused"));
+  CAF_CHECK(contains(last_error(), "topic_id"));
   stays_refused();
 }
 

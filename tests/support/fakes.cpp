@@ -9,6 +9,10 @@ namespace {
 
 using lock = std::lock_guard<std::recursive_mutex>;
 
+caf::error frozen(const std::string& what) {
+  return caf::make_error(ec::redis_unavailable, "fake redis: " + what + ": timed out");
+}
+
 caf::error failure(const fault& f, ec fallback, const std::string& what) {
   auto code = f.code == ec::unspecified ? fallback : f.code;
   return caf::make_error(code, "fake: injected failure: " + what);
@@ -67,7 +71,15 @@ int64_t fake_world::append_raw(int32_t p, std::string value) {
   lock g{mtx};
   auto& fp = part(p);
   fp.log.push_back(log_entry{fp.end(), std::move(value), entry_kind::data, 0});
+  wake(p);
   return fp.log.back().offset;
+}
+
+void fake_world::wake(int32_t p) {
+  lock g{mtx};
+  for (auto& weak : readers)
+    if (auto r = weak.lock(); r && r->partition() == p)
+      r->fire();
 }
 
 int64_t fake_world::append(int32_t p, const core::dispatch& d) {
@@ -83,6 +95,7 @@ int64_t fake_world::append_marker(int32_t p) {
   lock g{mtx};
   auto& fp = part(p);
   fp.log.push_back(log_entry{fp.end(), {}, entry_kind::marker, 0});
+  wake(p);
   return fp.log.back().offset;
 }
 
@@ -109,6 +122,7 @@ int64_t fake_world::commit_txn(int32_t p, int64_t txn) {
   if (fp.open.erase(txn) == 0)
     throw std::logic_error("fake_world: transaction not open");
   fp.log.push_back(log_entry{fp.end(), {}, entry_kind::marker, txn});
+  wake(p);
   return fp.log.back().offset;
 }
 
@@ -121,6 +135,7 @@ int64_t fake_world::abort_txn(int32_t p, int64_t txn) {
     if (e.txn == txn && e.kind == entry_kind::data)
       e.kind = entry_kind::aborted;
   fp.log.push_back(log_entry{fp.end(), {}, entry_kind::marker, txn});
+  wake(p);
   return fp.log.back().offset;
 }
 
@@ -232,14 +247,15 @@ caf::expected<broker_state> fake_broker_inspector::inspect(const std::string& to
   w_->maybe_change_identity();
   if (w_->inspect_fault.fire())
     return failure(w_->inspect_fault, ec::kafka_unavailable, "describe topic " + topic);
-  if (topic != w_->topic) // like kafka/admin.cpp: a missing topic is a fact, not an outage
-    return caf::make_error(ec::refused, "topic " + topic + " does not exist on the broker");
+  if (topic != w_->topic) // like kafka/admin.cpp: maybe still propagating, transient
+    return caf::make_error(ec::kafka_unavailable, "topic " + topic + " does not exist on the broker");
   broker_state st;
   st.cluster_id = w_->cluster_id;
   st.topic_id = w_->topic_id;
   st.partition_count =
     w_->reported_partition_count >= 0 ? w_->reported_partition_count : w_->partition_count();
   st.retention_ms = w_->retention_ms;
+  st.cleanup_policy = w_->cleanup_policy;
   for (int32_t p = 0; p < w_->partition_count(); ++p) {
     st.marks.push_back(w_->marks(p));
     st.true_high.push_back(w_->end(p));
@@ -255,8 +271,8 @@ caf::expected<broker_state> fake_broker_inspector::identity(const std::string& t
   w_->maybe_change_identity();
   if (w_->identity_fault.fire())
     return failure(w_->identity_fault, ec::kafka_unavailable, "describe cluster");
-  if (topic != w_->topic) // like kafka/admin.cpp: a missing topic is a fact, not an outage
-    return caf::make_error(ec::refused, "topic " + topic + " does not exist on the broker");
+  if (topic != w_->topic) // like kafka/admin.cpp: maybe still propagating, transient
+    return caf::make_error(ec::kafka_unavailable, "topic " + topic + " does not exist on the broker");
   broker_state st;
   st.cluster_id = w_->cluster_id;
   st.topic_id = w_->topic_id;
@@ -272,14 +288,26 @@ caf::expected<std::string> fake_checkpoint_store::server_version() {
   ++w_->calls.server_version;
   if (w_->version_fault.fire())
     return failure(w_->version_fault, ec::redis_unavailable, "INFO server");
+  if (w_->redis_frozen)
+    return frozen("INFO server");
   return w_->server_version;
 }
 
-caf::expected<core::stored_state> fake_checkpoint_store::read(const std::string& topic) {
+caf::expected<std::string> fake_checkpoint_store::maxmemory_policy() {
+  lock g{w_->mtx};
+  if (w_->redis_frozen)
+    return frozen("INFO memory");
+  return w_->maxmemory_policy;
+}
+
+caf::expected<core::stored_state> fake_checkpoint_store::read(const std::string& topic,
+                                                              int32_t) {
   lock g{w_->mtx};
   ++w_->calls.read;
   if (w_->read_fault.fire())
     return failure(w_->read_fault, ec::redis_unavailable, "checkpoint read script");
+  if (w_->redis_frozen)
+    return frozen("checkpoint read script");
   core::stored_state st;
   auto meta = w_->meta_key();
   if (auto i = w_->hashes.find(meta); i != w_->hashes.end())
@@ -302,6 +330,8 @@ caf::expected<bool> fake_checkpoint_store::create_meta(const core::identity& id)
   ++w_->calls.create_meta;
   if (w_->create_meta_fault.fire())
     return failure(w_->create_meta_fault, ec::redis_unavailable, "create meta script");
+  if (w_->redis_frozen)
+    return frozen("create meta script");
   auto meta = w_->meta_key();
   if (w_->hashes.count(meta) > 0 || w_->strings.count(meta) > 0)
     return false;
@@ -325,6 +355,8 @@ caf::expected<void> fake_checkpoint_store::write_checkpoint(const core::identity
   ++w_->calls.write_checkpoint;
   if (w_->write_fault.fire())
     return failure(w_->write_fault, ec::redis_unavailable, "guarded checkpoint write");
+  if (w_->redis_frozen)
+    return frozen("guarded checkpoint write");
   // The Lua script of redis/stores.cpp, step by step.
   auto meta_key = w_->meta_key();
   auto cp_key = w_->ns + ":checkpoint:" + id.topic + ":" + std::to_string(partition);
@@ -453,26 +485,46 @@ caf::expected<void> fake_session_store::apply(const std::vector<session_update>&
 // are read (and may be lost) later, oldest first.
 caf::expected<void> fake_session_store::send(const std::vector<session_update>& updates) {
   lock g{w_->mtx};
-  if (auto ok = apply(updates); !ok)
+  unconfirmed u{updates.size(), false};
+  if (!updates.empty() && w_->reply_error_fault.fire()) {
+    // The first ZADD gets an error reply (e.g. WRONGTYPE, OOM) and does
+    // nothing; the rest apply, and the connection stays up.
+    u.error_reply = true;
+    std::vector<session_update> rest(updates.begin() + 1, updates.end());
+    if (auto ok = apply(rest); !ok)
+      return ok;
+  } else if (auto ok = apply(updates); !ok) {
     return ok;
-  unconfirmed_.push_back(updates.size());
+  }
+  unconfirmed_.push_back(u);
   w_->calls.max_unconfirmed = std::max<uint64_t>(w_->calls.max_unconfirmed, unconfirmed_.size());
   return caf::unit;
 }
 
-caf::expected<bool> fake_session_store::confirm(size_t n, std::chrono::milliseconds) {
+caf::expected<bool> fake_session_store::confirm(size_t n, std::chrono::milliseconds wait) {
   lock g{w_->mtx};
   ++w_->calls.confirm;
   // Replies come in send order: the writer must confirm whole sends, oldest first.
-  if (unconfirmed_.empty() || unconfirmed_.front() != n)
+  if (unconfirmed_.empty() || unconfirmed_.front().zadds != n)
     return caf::make_error(ec::unspecified,
                            "confirm(" + std::to_string(n) + ") does not match the oldest send ("
                              + (unconfirmed_.empty() ? std::string{"none"}
-                                                     : std::to_string(unconfirmed_.front()))
+                                                     : std::to_string(unconfirmed_.front().zadds))
                              + " ZADDs)");
+  if (w_->redis_frozen || w_->confirm_not_yet > 0) {
+    if (w_->confirm_not_yet > 0)
+      --w_->confirm_not_yet;
+    if (wait.count() < 0 && w_->redis_frozen) // a blocking read times out
+      return frozen("reading pipelined ZADD replies");
+    ++w_->calls.not_yet;
+    return false;
+  }
+  auto u = unconfirmed_.front();
   unconfirmed_.pop_front();
   if (w_->confirm_fault.fire())
     return failure(w_->confirm_fault, ec::redis_unavailable, "reading pipelined ZADD replies");
+  if (u.error_reply)
+    return caf::make_error(ec::redis_reply, "fake redis: ZADD: error reply");
   return true;
 }
 
@@ -492,6 +544,8 @@ caf::expected<session_list> fake_session_store::sessions(const std::string& user
   ++w_->calls.sessions;
   if (w_->sessions_fault.fire())
     return failure(w_->sessions_fault, ec::redis_unavailable, "ZREVRANGE");
+  if (w_->redis_frozen)
+    return frozen("ZREVRANGE");
   session_list out;
   auto u = w_->sessions.find(user);
   if (u == w_->sessions.end() || limit == 0)
@@ -544,6 +598,18 @@ caf::expected<void> fake_partition_reader::poll(size_t max, std::vector<log_reco
   return caf::unit;
 }
 
+void fake_partition_reader::on_data(std::function<void()> wake) {
+  lock g{w_->mtx};
+  wake_ = std::move(wake);
+}
+
+void fake_partition_reader::fire() {
+  if (wake_) {
+    ++w_->calls.wakes;
+    wake_();
+  }
+}
+
 caf::expected<void> fake_dispatch_log::start(const std::map<int32_t, int64_t>& starts) {
   lock g{w_->mtx};
   ++w_->calls.start;
@@ -553,8 +619,8 @@ caf::expected<void> fake_dispatch_log::start(const std::map<int32_t, int64_t>& s
     if (p < 0 || p >= w_->partition_count())
       return caf::make_error(ec::kafka_unavailable,
                              "fake: topic " + w_->topic + " has no partition " + std::to_string(p));
-    // Like rd_kafka_query_watermark_offsets: low and the (true) high watermark.
-    auto low = w_->part(p).low, high = w_->part(p).end();
+    // Like rd_kafka_query_watermark_offsets under read_committed: the LSO as high.
+    auto low = w_->part(p).low, high = w_->part(p).lso();
     if (start < low || start > high)
       return caf::make_error(ec::refused, "partition " + std::to_string(p)
                                             + ": field start: stored \"" + std::to_string(start)
@@ -574,8 +640,10 @@ std::shared_ptr<partition_reader> fake_dispatch_log::reader(int32_t partition) {
   if (s == starts_.end())
     return nullptr;
   auto& r = readers_[partition];
-  if (!r)
+  if (!r) {
     r = std::make_shared<fake_partition_reader>(w_, partition, s->second);
+    w_->readers.push_back(r);
+  }
   return r;
 }
 

@@ -18,6 +18,13 @@
 //   aborted records are skipped), at most `max` per poll, never past the LSO,
 //   and reports partition EOF (`passed` = LSO) once per position reached, in a
 //   poll that still had room (librdkafka puts the EOF event in the batch).
+//   Like librdkafka's partition queues it calls the reader's data callback
+//   (on_data) when records or an EOF event become available to it.
+// - dispatch_log::start checks [low, high] with the LSO as high, as
+//   rd_kafka_query_watermark_offsets does under read_committed.
+// - Redis can be frozen (redis_frozen): pipelined replies never arrive
+//   ("not yet" forever) and every blocking call fails as after its timeout.
+//   A single ZADD reply can fail (reply_error_fault) on a live connection.
 //
 // The fakes never block.  Every port call locks `fake_world::mtx`; a test that
 // runs the actors on other threads must lock it too before touching the world.
@@ -106,6 +113,8 @@ struct call_counts {
   uint64_t start = 0;
   uint64_t reader = 0;
   uint64_t poll = 0;
+  uint64_t wakes = 0;         ///< data callbacks fired
+  uint64_t not_yet = 0;       ///< confirm() calls answered "not yet"
 };
 
 /// An owning copy of one `session_update` (whose views die with the call).
@@ -129,6 +138,7 @@ struct fake_world {
   std::string cluster_id = "fake-cluster-1";
   std::string topic_id;  ///< a valid Kafka Uuid text (see default_topic_id)
   int64_t retention_ms = -1;
+  std::string cleanup_policy = "delete";
   std::vector<fake_partition> partitions;
   int64_t last_txn = 0;  ///< the id begin_txn handed out last
   /// What inspect() reports as partition count; -1: partitions.size().
@@ -151,6 +161,12 @@ struct fake_world {
 
   std::string ns = "session_projection";
   std::string server_version = "7.2.4";
+  std::string maxmemory_policy = "noeviction";
+  /// Frozen (SIGSTOP): pipelined replies stay "not yet"; every blocking
+  /// call fails with ec::redis_unavailable, as after its command timeout.
+  bool redis_frozen = false;
+  /// confirm() answers "not yet" this many more times (then the replies are in).
+  int64_t confirm_not_yet = 0;
   /// Hash keys by full key name (`{ns}:meta`, `{ns}:checkpoint:{topic}:{p}`).
   std::map<std::string, core::hash_fields> hashes;
   /// String keys (a wrong type where a hash is expected).
@@ -172,6 +188,9 @@ struct fake_world {
   /// Reading the replies of pipelined ZADDs fails (connection lost after
   /// Redis executed them): the data is written, the call reports failure.
   fault confirm_fault;
+  /// One ZADD of the next send fails with an error reply (not applied), on a
+  /// connection that stays up: its confirm reports ec::redis_reply.
+  fault reply_error_fault;
   fault sessions_fault;  ///< session_store::sessions
 
   // -- factory -----------------------------------------------------------------
@@ -240,6 +259,11 @@ struct fake_world {
   /// The score of `conv` in `user`'s set, if any.
   std::optional<int64_t> score(const std::string& user, const std::string& conv) const;
 
+  /// Readers whose data callback fires on appends (see fake_partition_reader).
+  std::vector<std::weak_ptr<class fake_partition_reader>> readers;
+  /// Fires the data callback of every live reader of `p` (under the lock).
+  void wake(int32_t p);
+
 private:
   void maybe_change_identity();
   friend class fake_broker_inspector;
@@ -261,7 +285,9 @@ class fake_checkpoint_store final : public checkpoint_store {
 public:
   explicit fake_checkpoint_store(std::shared_ptr<fake_world> w) : w_(std::move(w)) {}
   caf::expected<std::string> server_version() override;
-  caf::expected<core::stored_state> read(const std::string& topic) override;
+  caf::expected<std::string> maxmemory_policy() override;
+  caf::expected<core::stored_state> read(const std::string& topic,
+                                         int32_t partition_count) override;
   caf::expected<bool> create_meta(const core::identity& id) override;
   caf::expected<void> write_checkpoint(const core::identity& id, int32_t partition,
                                        int64_t expected, int64_t next_offset) override;
@@ -280,7 +306,11 @@ public:
 
 private:
   std::shared_ptr<fake_world> w_;
-  std::deque<size_t> unconfirmed_; ///< ZADD counts of the sends not confirmed yet
+  struct unconfirmed {
+    size_t zadds = 0;
+    bool error_reply = false;  ///< one of its replies is an error
+  };
+  std::deque<unconfirmed> unconfirmed_; ///< sends not confirmed yet, oldest first
 };
 
 class fake_partition_reader final : public partition_reader {
@@ -288,9 +318,14 @@ public:
   fake_partition_reader(std::shared_ptr<fake_world> w, int32_t partition, int64_t start)
     : w_(std::move(w)), partition_(partition), pos_(start) {}
   caf::expected<void> poll(size_t max, std::vector<log_record>& out, int64_t& passed) override;
+  void on_data(std::function<void()> wake) override;
   int64_t position() const { return pos_; }
+  int32_t partition() const { return partition_; }
+  /// Calls the data callback, if any (the world's lock is held).
+  void fire();
 
 private:
+  std::function<void()> wake_;
   std::shared_ptr<fake_world> w_;
   int32_t partition_;
   int64_t pos_;
