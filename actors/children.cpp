@@ -512,6 +512,7 @@ redis_writer(writer_actor::stateful_pointer<writer_state> self, projection_setti
       }
       // Block briefly for replies only when no write is waiting.
       auto wait = self->mailbox().empty() ? st.confirm_wait : std::chrono::milliseconds{0};
+      auto polled_at = self->clock().now();
       auto done = st.confirm_oldest(wait);
       if (!done) {
         writer_fail(self, done.error());
@@ -537,10 +538,15 @@ redis_writer(writer_actor::stateful_pointer<writer_state> self, projection_setti
                               + " ms (redis.command-timeout)"));
         return;
       }
-      if (st.pending.empty())
+      if (st.pending.empty()) {
         st.confirming = false;
-      else
+      } else if (auto spent = self->clock().now() - polled_at; !*done && spent < wait) {
+        // The store answered "not yet" without waiting (it cannot block, as
+        // in the deterministic tests): try again once `wait` has passed.
+        self->delayed_send(self, wait - spent, atom::poll_v);
+      } else {
         self->send(self, atom::poll_v); // behind the writes that arrived meanwhile
+      }
     },
   };
 }

@@ -14,7 +14,10 @@
 //   - monotonic: checkpoints never go backwards (unless a test rebases after
 //     editing one) and never pass the LSO; scores never drop, members never vanish;
 //   - readiness: while the latest status is "ready", every partition of `h0`
-//     (when a test sets it) has a checkpoint >= its H0.
+//     (when a test sets it) has a checkpoint >= its H0;
+//   - the identity fence: no checkpoint is written past what the consumers
+//     had fetched before the last successful identity read (a check that
+//     started after the records were fetched), since the last assignment.
 // Violations are collected (a failed CAF_REQUIRE aborts the whole binary in
 // CAF 0.17) and reported as a failed check, with their text, when drive()
 // gives up or the fixture is destroyed.  Note: CAF 0.17 prints a failed
@@ -392,6 +395,33 @@ struct projection_fixture : test_coordinator_fixture<test_config> {
     for (auto& [user, convs] : world->sessions)
       for (auto& [conv, score] : convs)
         last_scores[{user, conv}] = score;
+    // The identity fence, over the world's event log.
+    for (; events_seen_ < world->events.size(); ++events_seen_) {
+      auto& e = world->events[events_seen_];
+      switch (e.what) {
+        case fake_event::kind::assigned:
+          polled_.clear();
+          verified_.clear();
+          break;
+        case fake_event::kind::fetched:
+          polled_[e.partition] = std::max(polled_[e.partition], e.offset);
+          break;
+        case fake_event::kind::identity:
+          verified_ = polled_;
+          break;
+        case fake_event::kind::checkpoint: {
+          auto i = verified_.find(e.partition);
+          if (i == verified_.end() || e.offset > i->second)
+            violation("checkpoint of partition " + std::to_string(e.partition) + " written to "
+                      + std::to_string(e.offset)
+                      + " before an identity check that started after its records were "
+                        "fetched (verified up to "
+                      + (i == verified_.end() ? std::string{"nothing"} : std::to_string(i->second))
+                      + ")");
+          break;
+        }
+      }
+    }
     // Readiness never opens before every partition reached H0.
     if (!h0.empty() && state() == "ready")
       for (auto& [p, target] : h0) {
@@ -404,6 +434,8 @@ struct projection_fixture : test_coordinator_fixture<test_config> {
   }
 
 private:
+  size_t events_seen_ = 0;
+  std::map<int32_t, int64_t> polled_, verified_;
   std::map<std::pair<int32_t, int64_t>, std::optional<core::dispatch>> decode_cache_;
   size_t reported_ = 0;
 };

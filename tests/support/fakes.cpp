@@ -260,6 +260,7 @@ caf::expected<broker_state> fake_broker_inspector::inspect(const std::string& to
     st.marks.push_back(w_->marks(p));
     st.true_high.push_back(w_->end(p));
   }
+  w_->events.push_back(fake_event{fake_event::kind::identity, -1, 0});
   if (w_->on_inspect)
     w_->on_inspect();
   return st;
@@ -278,6 +279,7 @@ caf::expected<broker_state> fake_broker_inspector::identity(const std::string& t
   st.topic_id = w_->topic_id;
   st.partition_count =
     w_->reported_partition_count >= 0 ? w_->reported_partition_count : w_->partition_count();
+  w_->events.push_back(fake_event{fake_event::kind::identity, -1, 0});
   return st;
 }
 
@@ -441,6 +443,7 @@ caf::expected<void> fake_checkpoint_store::write_checkpoint(const core::identity
     h[f] = v;
   h["partition"] = core::to_decimal(partition);
   h["next_offset"] = core::to_decimal(next_offset);
+  w_->events.push_back(fake_event{fake_event::kind::checkpoint, partition, next_offset});
   if (w_->on_checkpoint_written)
     w_->on_checkpoint_written(partition, next_offset);
   if (w_->write_lost_reply_fault.fire())
@@ -595,6 +598,7 @@ caf::expected<void> fake_partition_reader::poll(size_t max, std::vector<log_reco
     if (pos_ > passed)
       passed = pos_;
   }
+  w_->events.push_back(fake_event{fake_event::kind::fetched, partition_, pos_});
   return caf::unit;
 }
 
@@ -630,6 +634,7 @@ caf::expected<void> fake_dispatch_log::start(const std::map<int32_t, int64_t>& s
   }
   starts_ = starts;
   readers_.clear();
+  w_->events.push_back(fake_event{fake_event::kind::assigned, -1, 0});
   return caf::unit;
 }
 

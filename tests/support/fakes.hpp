@@ -125,6 +125,16 @@ struct applied_update {
 
 std::vector<applied_update> copy_updates(const std::vector<session_update>& ups);
 
+/// What happened in the outside world, in order: records fetched by a
+/// reader (offset = its position after the poll), a successful identity
+/// read (inspect or identity), a consumer (re)assigned, a checkpoint written.
+struct fake_event {
+  enum class kind : uint8_t { fetched, identity, assigned, checkpoint };
+  kind what = kind::fetched;
+  int32_t partition = -1;
+  int64_t offset = 0;
+};
+
 /// The state all fakes share.
 struct fake_world {
   explicit fake_world(int32_t partition_count = 1);
@@ -258,6 +268,9 @@ struct fake_world {
   void set_next_offset(int32_t p, int64_t next_offset);
   /// The score of `conv` in `user`'s set, if any.
   std::optional<int64_t> score(const std::string& user, const std::string& conv) const;
+
+  /// Every fake_event, in order (the fixture checks the identity fence on it).
+  std::vector<fake_event> events;
 
   /// Readers whose data callback fires on appends (see fake_partition_reader).
   std::vector<std::weak_ptr<class fake_partition_reader>> readers;

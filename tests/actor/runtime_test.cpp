@@ -1,0 +1,308 @@
+// Fail closed at run time: the identity fence, deadlines on Redis, the
+// prerequisites, the startup order, PULL beside the write pipeline, the data
+// callback, and supervision that ends everything however the projection ends.
+// (Every test also runs the fixture's invariants, the fence's among them.)
+#define CAF_SUITE runtime
+
+#include "tests/actor/fixture.hpp"
+
+using namespace qsp;
+using namespace qsp::test;
+
+namespace {
+
+struct fixture : projection_fixture {
+  std::string last_error() const {
+    return seen->empty() ? std::string{} : seen->back().last_error;
+  }
+
+  uint64_t failures_of(const std::string& code) {
+    if (seen->empty())
+      return 0;
+    auto i = seen->back().failures.find(code);
+    return i == seen->back().failures.end() ? 0 : i->second;
+  }
+
+  /// Runs every runnable job without moving the clock.
+  void run_jobs() {
+    while (violations.empty() && sched.try_run_once())
+      check_invariants();
+  }
+
+  /// The topic is deleted and recreated (new topic id) under the running
+  /// node, and the new topic is filled past the node's position: librdkafka
+  /// keeps fetching from the old position.  No checkpoint may pass the old
+  /// topic's end; the node leaves ready and refuses.
+  void recreate_under_running_node() {
+    fill(0, 10);
+    fill(1, 10);
+    start();
+    CAF_REQUIRE(drive_to("ready"));
+    auto before = world->checkpoints();
+    CAF_REQUIRE_EQUAL(before[0], 10);
+    bool passed = false;
+    world->on_checkpoint_written = [&](int32_t, int64_t next) { passed |= next > 10; };
+    world->topic_id = fake_world::default_topic_id(7);
+    fill(0, 20);
+    fill(1, 20);
+    CAF_REQUIRE(drive_to("refused"));
+    CAF_CHECK(!passed);
+    CAF_CHECK(world->checkpoints() == before);
+    CAF_CHECK(contains(last_error(), "field topic_id"));
+    CAF_CHECK_EQUAL(failures_of("identity_changed"), 1u);
+    auto gate = pull("u1", 5);
+    CAF_REQUIRE(!gate);
+    CAF_CHECK(has_code(gate.error(), ec::not_ready));
+    // Nothing moves afterwards: the refusal is final.
+    run_for(5s, 50ms);
+    CAF_CHECK(world->checkpoints() == before);
+    CAF_CHECK_EQUAL(state(), "refused");
+  }
+};
+
+} // namespace
+
+CAF_TEST_FIXTURE_SCOPE(runtime_tests, fixture)
+
+CAF_TEST(a topic recreated under a running node is caught by the fence) {
+  // The periodic check is far away: only the fence before each checkpoint
+  // can catch it.
+  settings.identity_check_interval = 1h;
+  settings.identity_check_min_gap = 0ms;
+  recreate_under_running_node();
+}
+
+CAF_TEST(a topic recreated right after a check waits for the next one) {
+  // Checks run every 100 ms; the last one before the recreation saw the old
+  // id.  The batches fetched after it must wait for a later check.
+  settings.identity_check_interval = 100ms;
+  settings.identity_check_min_gap = 100ms;
+  recreate_under_running_node();
+}
+
+CAF_TEST(an identity change while idle leaves ready within one interval) {
+  settings.identity_check_interval = 200ms;
+  fill(0, 5);
+  start();
+  CAF_REQUIRE(drive_to("ready"));
+  world->cluster_id = "another-cluster";
+  run_for(250ms);
+  CAF_CHECK_EQUAL(state(), "refused");
+  CAF_CHECK(contains(last_error(), "field cluster_id"));
+  auto st = status();
+  CAF_REQUIRE(st);
+  CAF_CHECK(!st->ready);
+}
+
+CAF_TEST(checkpoints wait for the fence and then advance) {
+  settings.identity_check_interval = 1h;
+  settings.identity_check_min_gap = 300ms;
+  fill(0, 10);
+  start();
+  CAF_REQUIRE(drive_to("ready"));
+  run_for(400ms); // the last check is now older than the gap
+  auto checks = stats->identity_checks.load();
+  fill(0, 5);
+  run_jobs(); // the data callback wakes the consumer; no clock needed
+  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{15});
+  CAF_CHECK_EQUAL(stats->identity_checks.load(), checks + 1);
+  // Right after a check, the next batch's checkpoint waits for the gap.
+  fill(0, 5);
+  run_jobs();
+  CAF_CHECK(world->score("u0", "p0-c15")); // its ZADDs are written
+  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{15});
+  run_for(300ms);
+  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{20});
+  CAF_CHECK_EQUAL(stats->identity_checks.load(), checks + 2);
+}
+
+CAF_TEST(an identity check the broker does not answer makes the node dirty until it does) {
+  fill(0, 5);
+  start();
+  CAF_REQUIRE(drive_to("ready"));
+  world->identity_fault.arm(-1);
+  run_for(2s);
+  CAF_CHECK_EQUAL(state(), "dirty");
+  CAF_CHECK_GREATER_OR_EQUAL(failures_of("kafka_unavailable"), 1u);
+  CAF_CHECK_GREATER_OR_EQUAL(stats->identity_check_errors.load(), 1u);
+  auto readies = count_state("ready");
+  run_for(10s, 50ms);
+  CAF_CHECK_EQUAL(count_state("ready"), readies); // not ready while unanswered
+  world->identity_fault.disarm();
+  CAF_REQUIRE(drive_to("ready"));
+}
+
+CAF_TEST(a frozen Redis makes the node dirty within the deadline and it recovers) {
+  settings.write_timeout = 1s;
+  fill(0, 10);
+  fill(1, 10);
+  start();
+  CAF_REQUIRE(drive_to("ready"));
+  auto readies = count_state("ready");
+  world->redis_frozen = true;
+  fill(0, 10);
+  run_for(1500ms);
+  CAF_CHECK_EQUAL(state(), "dirty");
+  CAF_CHECK(contains(last_error(), "redis.command-timeout")
+            || contains(last_error(), "timed out"));
+  // The freeze outlasts every timeout and backoff: never ready meanwhile.
+  run_for(20s, 50ms);
+  CAF_CHECK_EQUAL(count_state("ready"), readies);
+  CAF_CHECK_NOT_EQUAL(state(), "ready");
+  auto gate = pull("u1", 5);
+  CAF_REQUIRE(!gate);
+  CAF_CHECK(has_code(gate.error(), ec::not_ready));
+  world->redis_frozen = false;
+  h0 = world->lsos();
+  CAF_REQUIRE(drive_to("ready"));
+  CAF_REQUIRE(drive([&] {
+    return world->checkpoint(0) == std::optional<int64_t>{20}
+           && world->checkpoint(1) == std::optional<int64_t>{10};
+  }));
+  CAF_CHECK(world->sessions == expected_sessions());
+}
+
+CAF_TEST(one failed ZADD reply on a live connection is a failure and the replay repairs it) {
+  fill(0, 30);
+  fill(1, 30);
+  h0 = world->lsos();
+  settings.max_batch_records = 5;
+  world->reply_error_fault.arm(1, 3); // the 4th send's first ZADD fails
+  start();
+  CAF_REQUIRE(drive_to("dirty"));
+  CAF_CHECK_EQUAL(failures_of("redis_reply"), 1u);
+  CAF_CHECK(contains(last_error(), "error reply"));
+  CAF_REQUIRE(drive_to("ready"));
+  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{30});
+  CAF_CHECK(world->checkpoint(1) == std::optional<int64_t>{30});
+  CAF_CHECK(world->sessions == expected_sessions());
+}
+
+CAF_TEST(replies that are not in yet are waited for and not failed) {
+  fill(0, 30);
+  h0 = world->lsos();
+  world->confirm_not_yet = 40;
+  start();
+  CAF_REQUIRE(drive_to("ready"));
+  CAF_CHECK(!saw("dirty"));
+  CAF_CHECK_GREATER_OR_EQUAL(world->calls.not_yet, 40u);
+  CAF_CHECK(world->sessions == expected_sessions());
+}
+
+CAF_TEST(records are found through the data callback without the idle timer) {
+  fill(0, 5);
+  start();
+  CAF_REQUIRE(drive_to("ready"));
+  settings.idle_poll = 1h; // only affects how drive() moves the clock from here
+  auto wakes = world->calls.wakes;
+  fill(0, 7);
+  run_jobs();
+  CAF_CHECK_GREATER(world->calls.wakes, wakes);
+  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{12});
+}
+
+CAF_TEST(PULL is answered while the write pipeline waits for replies) {
+  fill(0, 5);
+  start();
+  CAF_REQUIRE(drive_to("ready"));
+  world->confirm_not_yet = 1000000;
+  fill(0, 5);
+  run_jobs();
+  CAF_REQUIRE(world->checkpoint(0) == std::optional<int64_t>{5}); // still waiting
+  auto got = pull("u1", 10);
+  CAF_REQUIRE(got);
+  session_list want;
+  for (auto& [conv, score] : world->sessions["u1"])
+    want.push_back(session_entry{conv, score});
+  std::sort(want.begin(), want.end(),
+            [](auto& a, auto& b) { return a.last_active > b.last_active; });
+  CAF_REQUIRE_EQUAL(got->size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    CAF_CHECK_EQUAL((*got)[i].conversation_id, want[i].conversation_id);
+  world->confirm_not_yet = 0;
+}
+
+CAF_TEST(startup reads Redis before the broker) {
+  fill(0, 5);
+  auto w = world.get();
+  auto reads_at_inspect = std::make_shared<uint64_t>(0);
+  world->on_inspect = [w, reads_at_inspect] { *reads_at_inspect = w->calls.read; };
+  start();
+  CAF_REQUIRE(drive_to("ready"));
+  CAF_CHECK_EQUAL(*reads_at_inspect, 1u);
+}
+
+CAF_TEST(an evicting Redis is refused unless the operator allows it) {
+  fill(0, 5);
+  world->maxmemory_policy = "allkeys-lru";
+  start();
+  CAF_REQUIRE(drive_to("refused"));
+  CAF_CHECK(contains(last_error(), "maxmemory-policy"));
+  CAF_CHECK(contains(last_error(), "allkeys-lru"));
+  CAF_CHECK(!world->has_meta());
+}
+
+CAF_TEST(an evicting Redis starts with redis.allow-eviction) {
+  fill(0, 5);
+  world->maxmemory_policy = "allkeys-lru";
+  settings.allow_eviction = true;
+  start();
+  CAF_REQUIRE(drive_to("ready"));
+}
+
+CAF_TEST(a compacted dispatch topic is refused) {
+  fill(0, 5);
+  world->cleanup_policy = "compact,delete";
+  start();
+  CAF_REQUIRE(drive_to("refused"));
+  CAF_CHECK(contains(last_error(), "cleanup.policy"));
+  CAF_CHECK(contains(last_error(), "compact,delete"));
+}
+
+CAF_TEST(an exit message to the projection ends every child) {
+  auto before = sys.registry().running();
+  fill(0, 5);
+  start();
+  CAF_REQUIRE(drive_to("ready"));
+  CAF_REQUIRE_GREATER(sys.registry().running(), before + 8); // listener + 8 of the projection
+  caf::anon_send_exit(proj, caf::exit_reason::user_shutdown);
+  run_jobs();
+  CAF_CHECK_EQUAL(sys.registry().running(), before + 1); // the listener
+  auto polls = world->calls.poll;
+  auto identities = world->calls.identity;
+  fill(0, 5);
+  run_for(5s, 50ms);
+  CAF_CHECK_EQUAL(world->calls.poll, polls);
+  CAF_CHECK_EQUAL(world->calls.identity, identities);
+  proj = nullptr;
+}
+
+CAF_TEST(a linked host actor that dies ends the projection and its children) {
+  auto before = sys.registry().running();
+  fill(0, 5);
+  start();
+  CAF_REQUIRE(drive_to("ready"));
+  auto target = caf::actor_cast<caf::actor>(proj);
+  auto host = sys.spawn([target](caf::event_based_actor* self) -> caf::behavior {
+    self->link_to(target);
+    return {[](int) {}};
+  });
+  run_jobs();
+  caf::anon_send_exit(host, caf::exit_reason::kill);
+  run_jobs();
+  CAF_CHECK_EQUAL(sys.registry().running(), before + 1); // the listener
+  proj = nullptr;
+}
+
+CAF_TEST(a killed projection still ends its children) {
+  auto before = sys.registry().running();
+  fill(0, 5);
+  start();
+  CAF_REQUIRE(drive_to("ready"));
+  caf::anon_send_exit(proj, caf::exit_reason::kill); // cannot be trapped
+  run_jobs();
+  CAF_CHECK_EQUAL(sys.registry().running(), before + 1); // the listener
+  proj = nullptr;
+}
+
+CAF_TEST_FIXTURE_SCOPE_END()
