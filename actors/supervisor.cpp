@@ -230,6 +230,10 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
     auto& st = self->state;
     if (st.children.erase(msg.source) == 0 || st.stopping)
       return;
+    // A child whose request found its peer (another child) gone: the peer's
+    // own down message carries the real reason and fails the generation.
+    if (msg.reason == caf::sec::request_receiver_down)
+      return;
     auto reason = msg.reason ? msg.reason
                              : caf::make_error(ec::unspecified, "a child exited unexpectedly");
     fail(self, reason);

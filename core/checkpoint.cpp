@@ -307,23 +307,6 @@ std::string kafka_uuid_text(uint64_t most_significant_bits, uint64_t least_signi
   return out;
 }
 
-std::string kafka_uuid_text(std::string_view standard_base64) {
-  std::string_view digits = standard_base64;
-  if (digits.size() == 24 && digits.substr(22) == "==") digits.remove_suffix(2);
-  std::string out(digits);
-  for (char& c : out) {
-    if (c == '+') {
-      c = '-';
-    } else if (c == '/') {
-      c = '_';
-    } else if (c == '-' || c == '_') {
-      return {};  // not the standard alphabet
-    }
-  }
-  if (!is_canonical_uuid_text(out)) return {};
-  return out;
-}
-
 bool is_valid_topic_id_text(std::string_view text) {
   return is_canonical_uuid_text(text) && text != zero_topic_id;
 }

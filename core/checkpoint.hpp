@@ -127,11 +127,6 @@ inline constexpr std::string_view zero_topic_id = "AAAAAAAAAAAAAAAAAAAAAA";
 // bytes msb || lsb. Always 22 characters.
 std::string kafka_uuid_text(uint64_t most_significant_bits, uint64_t least_significant_bits);
 
-// Converts standard base64 (`+`, `/`, optional `==` padding), as librdkafka's
-// rd_kafka_Uuid_base64str prints it, to Kafka's text form. Returns "" when the
-// input is not the base64 of exactly 16 bytes.
-std::string kafka_uuid_text(std::string_view standard_base64);
-
 // 22 URL-safe base64 characters encoding 16 bytes canonically (the unused low
 // bits of the last character are zero), and not the zero Uuid.
 bool is_valid_topic_id_text(std::string_view text);

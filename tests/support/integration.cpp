@@ -1,5 +1,6 @@
 #include "tests/support/integration.hpp"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -8,7 +9,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <set>
 #include <cstdio>
 #include <cstdlib>
@@ -123,6 +126,12 @@ std::set<int>& live_children() {
   return pids;
 }
 
+int exit_code_of(int status) {
+  if (WIFEXITED(status))
+    return WEXITSTATUS(status);
+  return 128 + WTERMSIG(status);
+}
+
 void kill_live_children() {
   for (int pid : live_children()) {
     ::kill(pid, SIGKILL);
@@ -159,9 +168,58 @@ int wait_cli(int pid) {
   live_children().erase(pid);
   if (waitpid(pid, &status, 0) < 0)
     return -1;
-  if (WIFEXITED(status))
-    return WEXITSTATUS(status);
-  return 128 + WTERMSIG(status);
+  return exit_code_of(status);
+}
+
+std::optional<int> wait_cli_for(int pid, std::chrono::milliseconds limit) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    int status = 0;
+    int r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) {
+      live_children().erase(pid);
+      return exit_code_of(status);
+    }
+    if (r < 0) {
+      live_children().erase(pid);
+      return -1;
+    }
+    if (std::chrono::steady_clock::now() >= deadline)
+      return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+node_process::node_process(const std::vector<std::string>& args, const std::string& log_path)
+  : pid_(spawn_cli(args, log_path)) {}
+
+node_process::~node_process() {
+  if (!rc_) {
+    ::kill(pid_, SIGKILL);
+    rc_ = wait_cli(pid_);
+  }
+}
+
+void node_process::signal(int sig) {
+  if (!rc_)
+    ::kill(pid_, sig);
+}
+
+int node_process::wait() {
+  if (!rc_)
+    rc_ = wait_cli(pid_);
+  return *rc_;
+}
+
+std::optional<int> node_process::wait_for(std::chrono::milliseconds limit) {
+  if (!rc_)
+    rc_ = wait_cli_for(pid_, limit);
+  return rc_;
+}
+
+int node_process::stop() {
+  signal(SIGTERM);
+  return wait();
 }
 
 cli_result run_cli(const std::vector<std::string>& args) {
@@ -299,6 +357,98 @@ uint16_t free_port() {
 int sh(const std::string& cmd) {
   int st = std::system(cmd.c_str());
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+void set_option(std::vector<std::string>& args, const std::string& key, const std::string& value) {
+  auto prefix = "--" + key + "=";
+  args.erase(std::remove_if(args.begin(), args.end(),
+                            [&](const std::string& a) { return a.rfind(prefix, 0) == 0; }),
+             args.end());
+  args.push_back(prefix + value);
+}
+
+http_reply http_get(uint16_t port, const std::string& path, std::chrono::milliseconds timeout) {
+  http_reply out;
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return out;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(timeout.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((timeout.count() % 1000) * 1000);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return out;
+  }
+  std::string req = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1:" + std::to_string(port)
+                    + "\r\nConnection: close\r\n\r\n";
+  size_t sent = 0;
+  while (sent < req.size()) {
+    auto n = ::send(fd, req.data() + sent, req.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) {
+      ::close(fd);
+      return out;
+    }
+    sent += static_cast<size_t>(n);
+  }
+  std::string raw;
+  char buf[4096];
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0)
+      break; // closed (Connection: close), an error or the read timeout
+    raw.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  // "HTTP/1.1 503 Service Unavailable\r\n...\r\n\r\nbody"
+  auto head_end = raw.find("\r\n\r\n");
+  if (raw.rfind("HTTP/1.", 0) != 0 || head_end == std::string::npos || raw.size() < 12)
+    return out;
+  int status = std::atoi(raw.c_str() + 9);
+  if (status < 100 || status > 599)
+    return out;
+  // Complete only if the body is as long as Content-Length says (when given).
+  auto body = raw.substr(head_end + 4);
+  auto head = raw.substr(0, head_end);
+  for (auto& c : head)
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  auto cl = head.find("\r\ncontent-length:");
+  if (cl != std::string::npos
+      && body.size() < static_cast<size_t>(std::atoll(head.c_str() + cl + 17)))
+    return out;
+  out.status = status;
+  out.body = std::move(body);
+  return out;
+}
+
+bool readyz_reaches(uint16_t port, int status, std::chrono::milliseconds limit, http_reply* last) {
+  return eventually(
+    [&] {
+      auto r = http_get(port, "/readyz");
+      if (last != nullptr)
+        *last = r;
+      return r.status == status;
+    },
+    limit);
+}
+
+pause_guard::pause_guard(int pid) : pid_(pid) {
+  paused_ = pid_ > 0 && ::kill(pid_, SIGSTOP) == 0;
+}
+
+pause_guard::~pause_guard() { resume(); }
+
+void pause_guard::resume() {
+  if (paused_) {
+    ::kill(pid_, SIGCONT);
+    paused_ = false;
+  }
 }
 
 private_redis::private_redis(const std::string& name, std::vector<std::string> extra_args,

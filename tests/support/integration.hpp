@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <thread>
 #include <string>
 #include <vector>
@@ -53,6 +54,34 @@ cli_result run_cli(const std::vector<std::string>& args);
 int spawn_cli(const std::vector<std::string>& args, const std::string& log_path);
 /// Waits for a child started with spawn_cli; returns its exit code (128+sig if killed).
 int wait_cli(int pid);
+/// Like wait_cli, but waits at most `limit`; nullopt if the child still runs.
+std::optional<int> wait_cli_for(int pid, std::chrono::milliseconds limit);
+
+/// A node started with spawn_cli that is SIGKILLed and reaped when the owner
+/// goes out of scope without having reaped it (a failed ASSERT, an exception),
+/// so no test leaves a node running into the next one.
+class node_process {
+public:
+  node_process(const std::vector<std::string>& args, const std::string& log_path);
+  ~node_process();
+  node_process(const node_process&) = delete;
+  node_process& operator=(const node_process&) = delete;
+  int pid() const { return pid_; }
+  /// Sends `sig` if the child has not been reaped yet.
+  void signal(int sig);
+  /// Waits for the exit (unbounded, like wait_cli); returns the exit code.
+  int wait();
+  /// Waits at most `limit`; nullopt if it still runs.
+  std::optional<int> wait_for(std::chrono::milliseconds limit);
+  /// SIGTERM, then waits; the exit code.
+  int stop();
+  /// The exit code once reaped.
+  std::optional<int> exit_code() const { return rc_; }
+
+private:
+  int pid_ = -1;
+  std::optional<int> rc_;
+};
 
 /// The common flags for a test's topic/namespace.
 std::vector<std::string> node_args(const std::string& topic, int partitions, const std::string& ns,
@@ -97,6 +126,44 @@ uint16_t free_port();
 
 /// Runs a shell command; returns its exit code.
 int sh(const std::string& cmd);
+
+/// Sets `--key=value` in a node's argument list: replaces every existing
+/// `--key=...` (CAF keeps the last one; this keeps the list unambiguous) or
+/// appends it.
+void set_option(std::vector<std::string>& args, const std::string& key, const std::string& value);
+
+/// One HTTP answer; status 0 when nothing answered (refused, closed, timed out).
+struct http_reply {
+  int status = 0;
+  std::string body;
+};
+
+/// GET http://127.0.0.1:port/path (HTTP/1.1, Connection: close), bounded by
+/// `timeout` for connect, send and the whole read.
+http_reply http_get(uint16_t port, const std::string& path,
+                    std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+/// Polls GET /readyz every 50 ms until it answers `status` (200 or 503), for
+/// at most `limit`; true if it did.  `last` gets the last answer seen.
+bool readyz_reaches(uint16_t port, int status, std::chrono::milliseconds limit,
+                    http_reply* last = nullptr);
+
+/// SIGSTOPs `pid` on construction; SIGCONTs it on resume() and, if still
+/// paused, on destruction, so every exit path (a failed ASSERT included)
+/// resumes the process.
+class pause_guard {
+public:
+  explicit pause_guard(int pid);
+  ~pause_guard();
+  pause_guard(const pause_guard&) = delete;
+  pause_guard& operator=(const pause_guard&) = delete;
+  void resume();
+  bool paused() const { return paused_; }
+
+private:
+  int pid_;
+  bool paused_ = false;
+};
 
 /// A private redis-server on a free loopback port, owned by a test and
 /// stopped by PID.  `extra` goes after the defaults; with `tls_port` the port
