@@ -9,7 +9,18 @@ namespace {
 
 class real_ports final : public port_factory {
 public:
-  explicit real_ports(real_ports_settings cfg) : cfg_(std::move(cfg)) {}
+  real_ports(real_ports_settings cfg, std::shared_ptr<metrics> stats) : cfg_(std::move(cfg)) {
+    // Every client-level Kafka error is counted (stats may be absent), and
+    // still reaches a callback the host set itself.
+    auto host = std::move(cfg_.kafka.on_client_error);
+    cfg_.kafka.on_client_error = [stats = std::move(stats),
+                                  host = std::move(host)](const std::string& name) {
+      if (stats)
+        stats->kafka_client_errors.fetch_add(1, std::memory_order_relaxed);
+      if (host)
+        host(name);
+    };
+  }
 
   caf::expected<std::unique_ptr<broker_inspector>> make_inspector() override {
     auto a = kafka::admin::make(cfg_.kafka.client);
@@ -45,8 +56,9 @@ private:
 
 } // namespace
 
-std::shared_ptr<port_factory> make_real_ports(real_ports_settings cfg) {
-  return std::make_shared<real_ports>(std::move(cfg));
+std::shared_ptr<port_factory> make_real_ports(real_ports_settings cfg,
+                                              std::shared_ptr<metrics> stats) {
+  return std::make_shared<real_ports>(std::move(cfg), std::move(stats));
 }
 
 } // namespace qsp

@@ -49,6 +49,8 @@ options (config file keys are the same, grouped as [group] key=value):
 )";
 
 int exit_for(const caf::error& err) {
+  if (err.category() == caf::atom("qsp") && err.code() == static_cast<uint8_t>(ec::invalid_config))
+    return exit_usage; // e.g. a wrong password, a missing ACL permission
   return is_refusal(err) ? exit_refused : exit_unreachable;
 }
 
@@ -218,7 +220,9 @@ int cmd_run(caf::actor_system& sys, const app::node_settings& s, bool catch_up_o
       [&](atom::status, projection_status& st) {
         if (st.state == "refused") {
           print_problems(st.last_error);
-          rc = exit_refused;
+          // A configuration error found while running (authentication,
+          // authorization, a TLS certificate) is exit 2, like a bad flag.
+          rc = st.last_error.rfind("invalid_config", 0) == 0 ? exit_usage : exit_refused;
         } else if (st.state == "ready") {
           failures_in_a_row = 0;
           if (catch_up_only)

@@ -1,6 +1,8 @@
 #include "kafka/admin.hpp"
 
+#include <charconv>
 #include <memory>
+#include <string_view>
 
 #include "core/checkpoint.hpp"
 #include "messages/types.hpp"
@@ -23,16 +25,41 @@ options_ptr make_options(rd_kafka_t* rk, rd_kafka_admin_op_t op, int timeout_ms)
   return o;
 }
 
-/// Waits for the result event of an admin call issued on `q`.
-caf::expected<event_ptr> await(rd_kafka_queue_t* q, int timeout_ms, const std::string& what) {
+/// An authorization/authentication failure: final, naming what is missing.
+caf::error auth_error(rd_kafka_resp_err_t code, const std::string& what, const std::string& detail,
+                      const std::string& permission) {
+  std::string need;
+  switch (code) {
+    case RD_KAFKA_RESP_ERR__AUTHENTICATION:
+    case RD_KAFKA_RESP_ERR_SASL_AUTHENTICATION_FAILED:
+      need = "the broker refused the credentials (check kafka.properties sasl.*/ssl.*)";
+      break;
+    case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
+      need = "the principal lacks a permission on the cluster (" + permission + ")";
+      break;
+    default:
+      need = "the principal lacks " + permission;
+  }
+  return caf::make_error(ec::invalid_config, what + ": not authorized ("
+                                               + rd_kafka_err2name(code) + "): " + need
+                                               + (detail.empty() ? "" : ": " + detail));
+}
+
+/// Waits for the result event of an admin call issued on `q`.  `permission`
+/// names the ACL the request needs (for an authorization failure's message).
+caf::expected<event_ptr> await(rd_kafka_queue_t* q, int timeout_ms, const std::string& what,
+                               const std::string& permission) {
   event_ptr ev{rd_kafka_queue_poll(q, timeout_ms + 2000)};
   if (!ev)
     return caf::make_error(ec::kafka_unavailable, what + ": no answer within "
                                                     + std::to_string(timeout_ms) + " ms");
-  if (auto err = rd_kafka_event_error(ev.get()))
+  if (auto err = rd_kafka_event_error(ev.get())) {
+    std::string text = rd_kafka_event_error_string(ev.get());
+    if (is_auth_error(err))
+      return auth_error(err, what, text, permission);
     return caf::make_error(ec::kafka_unavailable,
-                           what + ": " + rd_kafka_event_error_string(ev.get())
-                             + " (" + rd_kafka_err2name(err) + ")");
+                           what + ": " + text + " (" + rd_kafka_err2name(err) + ")");
+  }
   return ev;
 }
 
@@ -59,18 +86,29 @@ caf::expected<std::string> admin::cluster_id() {
 }
 
 caf::expected<broker_state> admin::identity(const std::string& topic) {
-  broker_state st;
-  auto cid = cluster_id();
-  if (!cid)
-    return cid.error();
-  st.cluster_id = std::move(*cid);
-  queue_ptr q{rd_kafka_queue_new(rk_.get())};
+  // Two Metadata requests, in flight together, both answered by a broker
+  // (rd_kafka_clusterid would answer from the client's metadata cache).
+  queue_ptr cq{rd_kafka_queue_new(rk_.get())};
+  queue_ptr tq{rd_kafka_queue_new(rk_.get())};
+  auto copts = make_options(rk_.get(), RD_KAFKA_ADMIN_OP_DESCRIBECLUSTER, timeout_ms_);
+  rd_kafka_DescribeCluster(rk_.get(), copts.get(), cq.get());
   const char* names[] = {topic.c_str()};
   auto* coll = rd_kafka_TopicCollection_of_topic_names(names, 1);
-  auto opts = make_options(rk_.get(), RD_KAFKA_ADMIN_OP_DESCRIBETOPICS, timeout_ms_);
-  rd_kafka_DescribeTopics(rk_.get(), coll, opts.get(), q.get());
+  auto topts = make_options(rk_.get(), RD_KAFKA_ADMIN_OP_DESCRIBETOPICS, timeout_ms_);
+  rd_kafka_DescribeTopics(rk_.get(), coll, topts.get(), tq.get());
   rd_kafka_TopicCollection_destroy(coll);
-  auto ev = await(q.get(), timeout_ms_, "describe topic " + topic);
+
+  broker_state st;
+  auto cev = await(cq.get(), timeout_ms_, "describe cluster", "Describe on the cluster");
+  if (!cev)
+    return cev.error();
+  const char* cid = rd_kafka_DescribeCluster_result_cluster_id(
+    rd_kafka_event_DescribeCluster_result(cev->get()));
+  if (cid == nullptr || *cid == '\0')
+    return caf::make_error(ec::kafka_unavailable, "describe cluster: the broker reported no cluster id");
+  st.cluster_id = cid;
+
+  auto ev = await(tq.get(), timeout_ms_, "describe topic " + topic, "Describe on topic " + topic);
   if (!ev)
     return ev.error();
   auto* res = rd_kafka_event_DescribeTopics_result(ev->get());
@@ -81,11 +119,18 @@ caf::expected<broker_state> admin::identity(const std::string& topic) {
   if (auto* err = rd_kafka_TopicDescription_error(topics[0]);
       err != nullptr && rd_kafka_error_code(err) != RD_KAFKA_RESP_ERR_NO_ERROR) {
     auto code = rd_kafka_error_code(err);
-    std::string text = "describe topic " + topic + ": " + rd_kafka_error_string(err);
-    // A missing topic is a fact about the broker, not an outage.
+    std::string detail = rd_kafka_error_string(err);
+    // Missing, or just created and not yet known to every broker: transient
+    // (the caller retries; a topic that never appears keeps it not ready).
     if (code == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
-      return caf::make_error(ec::refused, "topic " + topic + " does not exist on the broker");
-    return caf::make_error(ec::kafka_unavailable, text);
+      return caf::make_error(ec::kafka_unavailable,
+                             "topic " + topic
+                               + " does not exist on the broker (or its metadata is still "
+                                 "propagating)");
+    if (is_auth_error(code))
+      return auth_error(code, "describe topic " + topic, detail, "Describe on topic " + topic);
+    return caf::make_error(ec::kafka_unavailable, "describe topic " + topic + ": " + detail
+                                                    + " (" + rd_kafka_err2name(code) + ")");
   }
   st.topic_id = topic_id_text(rd_kafka_TopicDescription_topic_id(topics[0]));
   size_t parts = 0;
@@ -108,7 +153,7 @@ admin::list_offsets(const std::string& topic, int partitions, rd_kafka_OffsetSpe
   rd_kafka_AdminOptions_set_isolation_level(opts.get(), isolation);
   rd_kafka_ListOffsets(rk_.get(), list, opts.get(), q.get());
   rd_kafka_topic_partition_list_destroy(list);
-  auto ev = await(q.get(), timeout_ms_, "list offsets of " + topic);
+  auto ev = await(q.get(), timeout_ms_, "list offsets of " + topic, "Describe on topic " + topic);
   if (!ev)
     return ev.error();
   size_t n = 0;
@@ -128,41 +173,61 @@ admin::list_offsets(const std::string& topic, int partitions, rd_kafka_OffsetSpe
   return out;
 }
 
-caf::expected<int64_t> admin::retention_ms(const std::string& topic) {
+caf::expected<admin::topic_configs> admin::configs(const std::string& topic) {
   queue_ptr q{rd_kafka_queue_new(rk_.get())};
   auto* res = rd_kafka_ConfigResource_new(RD_KAFKA_RESOURCE_TOPIC, topic.c_str());
   auto opts = make_options(rk_.get(), RD_KAFKA_ADMIN_OP_DESCRIBECONFIGS, timeout_ms_);
   rd_kafka_DescribeConfigs(rk_.get(), &res, 1, opts.get(), q.get());
   rd_kafka_ConfigResource_destroy(res);
-  auto ev = await(q.get(), timeout_ms_, "describe configs of " + topic);
+  auto what = "describe configs of " + topic;
+  auto permission = "DescribeConfigs on topic " + topic;
+  auto ev = await(q.get(), timeout_ms_, what, permission);
   if (!ev)
     return ev.error();
   size_t n = 0;
   auto** rs = rd_kafka_DescribeConfigs_result_resources(
     rd_kafka_event_DescribeConfigs_result(ev->get()), &n);
+  topic_configs out;
   for (size_t i = 0; i < n; ++i) {
-    if (rd_kafka_ConfigResource_error(rs[i]))
-      return caf::make_error(ec::kafka_unavailable, "describe configs of " + topic + ": "
-                                                      + rd_kafka_ConfigResource_error_string(rs[i]));
+    if (auto code = rd_kafka_ConfigResource_error(rs[i])) {
+      const char* text = rd_kafka_ConfigResource_error_string(rs[i]);
+      std::string detail = text != nullptr ? text : rd_kafka_err2str(code);
+      if (is_auth_error(code))
+        return auth_error(code, what, detail, permission);
+      return caf::make_error(ec::kafka_unavailable, what + ": " + detail + " ("
+                                                      + rd_kafka_err2name(code) + ")");
+    }
     size_t m = 0;
     auto** entries = rd_kafka_ConfigResource_configs(rs[i], &m);
-    for (size_t j = 0; j < m; ++j)
-      if (std::string{rd_kafka_ConfigEntry_name(entries[j])} == "retention.ms") {
-        const char* v = rd_kafka_ConfigEntry_value(entries[j]);
-        return v != nullptr ? std::stoll(v) : -1;
+    for (size_t j = 0; j < m; ++j) {
+      std::string name = rd_kafka_ConfigEntry_name(entries[j]);
+      const char* v = rd_kafka_ConfigEntry_value(entries[j]);
+      if (name == "retention.ms" && v != nullptr) {
+        // -1 (retain forever) is a valid value.
+        std::string_view text{v};
+        int64_t parsed = 0;
+        auto [end, errc] = std::from_chars(text.data(), text.data() + text.size(), parsed);
+        if (errc != std::errc{} || end != text.data() + text.size())
+          return caf::make_error(ec::kafka_unavailable,
+                                 what + ": retention.ms is not a number: " + std::string{text});
+        out.retention_ms = parsed;
+      } else if (name == "cleanup.policy" && v != nullptr) {
+        out.cleanup_policy = v;
       }
+    }
   }
-  return int64_t{-1};
+  return out;
 }
 
 caf::expected<broker_state> admin::inspect(const std::string& topic) {
   auto st = identity(topic);
   if (!st)
     return st;
-  auto ret = retention_ms(topic);
-  if (!ret)
-    return ret.error();
-  st->retention_ms = *ret;
+  auto cfgs = configs(topic);
+  if (!cfgs)
+    return cfgs.error();
+  st->retention_ms = cfgs->retention_ms;
+  st->cleanup_policy = std::move(cfgs->cleanup_policy);
   auto n = st->partition_count;
   auto low = list_offsets(topic, n, RD_KAFKA_OFFSET_SPEC_EARLIEST, RD_KAFKA_ISOLATION_LEVEL_READ_COMMITTED);
   if (!low)
@@ -196,7 +261,7 @@ admin::create_topic(const std::string& topic, int partitions,
   rd_kafka_AdminOptions_set_operation_timeout(opts.get(), timeout_ms_, err, sizeof(err));
   rd_kafka_CreateTopics(rk_.get(), &nt, 1, opts.get(), q.get());
   rd_kafka_NewTopic_destroy(nt);
-  auto ev = await(q.get(), timeout_ms_, "create topic " + topic);
+  auto ev = await(q.get(), timeout_ms_, "create topic " + topic, "Create on the topic or cluster");
   if (!ev)
     return ev.error();
   size_t n = 0;
@@ -215,7 +280,7 @@ caf::expected<void> admin::delete_topic(const std::string& topic) {
   rd_kafka_AdminOptions_set_operation_timeout(opts.get(), timeout_ms_, err, sizeof(err));
   rd_kafka_DeleteTopics(rk_.get(), &dt, 1, opts.get(), q.get());
   rd_kafka_DeleteTopic_destroy(dt);
-  auto ev = await(q.get(), timeout_ms_, "delete topic " + topic);
+  auto ev = await(q.get(), timeout_ms_, "delete topic " + topic, "Delete on the topic");
   if (!ev)
     return ev.error();
   size_t n = 0;
@@ -238,7 +303,7 @@ caf::expected<void> admin::delete_records(const std::string& topic, int32_t part
   rd_kafka_AdminOptions_set_operation_timeout(opts.get(), timeout_ms_, err, sizeof(err));
   rd_kafka_DeleteRecords(rk_.get(), &dr, 1, opts.get(), q.get());
   rd_kafka_DeleteRecords_destroy(dr);
-  auto ev = await(q.get(), timeout_ms_, "delete records of " + topic);
+  auto ev = await(q.get(), timeout_ms_, "delete records of " + topic, "Delete on the topic");
   if (!ev)
     return ev.error();
   auto* offs = rd_kafka_DeleteRecords_result_offsets(rd_kafka_event_DeleteRecords_result(ev->get()));

@@ -1,5 +1,5 @@
 // The broker inspector (librdkafka admin API): cluster id, KIP-516 topic id,
-// partition count, retention.ms and watermarks.  Also topic creation/deletion,
+// partition count, retention.ms, cleanup.policy and watermarks.  Also topic creation/deletion,
 // used by tests, the demo and benchmarks.
 #pragma once
 
@@ -30,7 +30,12 @@ private:
   caf::expected<std::vector<int64_t>> list_offsets(const std::string& topic, int partitions,
                                                    rd_kafka_OffsetSpec_t spec,
                                                    rd_kafka_IsolationLevel_t isolation);
-  caf::expected<int64_t> retention_ms(const std::string& topic);
+  struct topic_configs {
+    int64_t retention_ms = -1;   ///< -1: not reported
+    std::string cleanup_policy;  ///< "": not reported
+  };
+  /// retention.ms and cleanup.policy, in one DescribeConfigs request.
+  caf::expected<topic_configs> configs(const std::string& topic);
 
   handle_ptr rk_;
   int timeout_ms_;

@@ -1,19 +1,156 @@
 #include "kafka/client.hpp"
 
+#include <atomic>
+#include <cctype>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <utility>
+
 #include "core/checkpoint.hpp"
 #include "messages/types.hpp"
 
 namespace qsp::kafka {
 
-void handle_deleter::operator()(rd_kafka_t* rk) const {
-  if (rk != nullptr)
-    rd_kafka_destroy(rk);
+namespace {
+
+/// Set once the reaper is destroyed (static destruction): handles released
+/// after that are destroyed on the caller's thread.  Constant-initialized, so
+/// it is valid at any point of static destruction.
+std::atomic<bool> reaper_gone{false};
+
+/// One background thread destroying handles in the order they arrive.
+class reaper {
+public:
+  reaper() : thread_([this] { run(); }) {}
+
+  ~reaper() {
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      stopping_ = true;
+    }
+    work_.notify_all();
+    thread_.join(); // after draining the queue
+    reaper_gone.store(true, std::memory_order_release);
+  }
+
+  void push(rd_kafka_t* rk, std::shared_ptr<void> keepalive) {
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      queue_.emplace_back(rk, std::move(keepalive));
+    }
+    work_.notify_one();
+  }
+
+  void drain() {
+    std::unique_lock<std::mutex> lock{mtx_};
+    idle_.wait(lock, [this] { return queue_.empty() && !busy_; });
+  }
+
+private:
+  void run() {
+    std::unique_lock<std::mutex> lock{mtx_};
+    for (;;) {
+      work_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty())
+        return; // stopping, and drained
+      auto item = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+      lock.unlock();
+      rd_kafka_destroy(item.first);
+      item.second.reset(); // what the handle's callbacks pointed into
+      lock.lock();
+      busy_ = false;
+      if (queue_.empty())
+        idle_.notify_all();
+    }
+  }
+
+  std::mutex mtx_;
+  std::condition_variable work_;
+  std::condition_variable idle_;
+  std::deque<std::pair<rd_kafka_t*, std::shared_ptr<void>>> queue_;
+  bool busy_ = false;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+reaper& the_reaper() {
+  static reaper instance;
+  return instance;
 }
+
+} // namespace
+
+void handle_deleter::operator()(rd_kafka_t* rk) const {
+  if (rk == nullptr)
+    return;
+  if (reaper_gone.load(std::memory_order_acquire))
+    rd_kafka_destroy(rk);
+  else
+    the_reaper().push(rk, keepalive);
+}
+
+void error_sink::push(rd_kafka_resp_err_t err, const char* reason) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  for (auto& e : items_)
+    if (e.err == err) {
+      ++e.count;
+      e.last_text = reason != nullptr ? reason : "";
+      return;
+    }
+  items_.push_back(entry{err, 1, reason != nullptr ? reason : ""});
+}
+
+std::vector<error_sink::entry> error_sink::take() {
+  std::lock_guard<std::mutex> guard{mtx_};
+  return std::exchange(items_, {});
+}
+
+void drain_reaper() {
+  if (!reaper_gone.load(std::memory_order_acquire))
+    the_reaper().drain();
+}
+
+namespace {
+
+/// The first dotted lower-case word of a librdkafka message: the property
+/// it is about (e.g. "ssl.ca.location"), or "" if there is none.
+std::string property_named_in(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size()) {
+    auto is_word = [&](size_t k) {
+      char c = text[k];
+      return std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c))
+             || c == '.' || c == '_';
+    };
+    if (!is_word(i)) {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < text.size() && is_word(j))
+      ++j;
+    auto word = text.substr(i, j - i);
+    while (!word.empty() && word.back() == '.')
+      word.pop_back();
+    if (word.find('.') != std::string::npos && word.front() != '.'
+        && std::isalpha(static_cast<unsigned char>(word.front())))
+      return word;
+    i = j;
+  }
+  return {};
+}
+
+} // namespace
 
 caf::expected<handle_ptr>
 make_handle(rd_kafka_type_t type, const client_settings& cfg,
             const std::vector<std::pair<std::string, std::string>>& fixed,
-            const std::vector<std::pair<std::string, std::string>>& defaults) {
+            const std::vector<std::pair<std::string, std::string>>& defaults,
+            std::shared_ptr<error_sink> errors) {
   for (auto& [k, v] : cfg.properties)
     for (auto& [fk, fv] : fixed)
       if (k == fk)
@@ -41,16 +178,54 @@ make_handle(rd_kafka_type_t type, const client_settings& cfg,
       rd_kafka_conf_destroy(conf);
       return e;
     }
+  // Make sure the reaper exists before the first handle does: it is then
+  // destroyed (drained, joined) after anything static holding a handle made
+  // later.
+  (void) the_reaper();
+  if (errors) {
+    rd_kafka_conf_set_opaque(conf, errors.get());
+    rd_kafka_conf_set_error_cb(conf, [](rd_kafka_t*, int code, const char* reason, void* opaque) {
+      static_cast<error_sink*>(opaque)->push(static_cast<rd_kafka_resp_err_t>(code), reason);
+    });
+  }
   rd_kafka_t* rk = rd_kafka_new(type, conf, err, sizeof(err));
   if (rk == nullptr) {
     rd_kafka_conf_destroy(conf);
-    return caf::make_error(ec::refused, std::string{"cannot create a kafka client: "} + err);
+    // Invalid (combinations of) properties, SSL/SASL set-up from properties
+    // (files that cannot be loaded, a missing SASL provider): the operator
+    // must fix the configuration.  Anything else (threads, memory) is not a
+    // verdict on the configuration: transient.
+    std::string text = err;
+    if (rd_kafka_last_error() == RD_KAFKA_RESP_ERR__INVALID_ARG) {
+      auto prop = property_named_in(text);
+      return caf::make_error(ec::invalid_config,
+                             "kafka property " + (prop.empty() ? std::string{"(unknown)"} : prop)
+                               + ": cannot create a kafka client: " + text);
+    }
+    return caf::make_error(ec::kafka_unavailable, "cannot create a kafka client: " + text);
   }
-  return handle_ptr{rk};
+  return handle_ptr{rk, handle_deleter{std::move(errors)}};
+}
+
+bool is_auth_error(rd_kafka_resp_err_t err) {
+  switch (err) {
+    case RD_KAFKA_RESP_ERR__AUTHENTICATION:
+    case RD_KAFKA_RESP_ERR_SASL_AUTHENTICATION_FAILED:
+    case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_DELEGATION_TOKEN_AUTHORIZATION_FAILED:
+      return true;
+    default:
+      return false;
+  }
 }
 
 caf::error kafka_error(rd_kafka_resp_err_t err, const std::string& what) {
-  return caf::make_error(ec::kafka_unavailable, what + ": " + rd_kafka_err2str(err));
+  return caf::make_error(is_auth_error(err) ? ec::invalid_config : ec::kafka_unavailable,
+                         what + ": " + rd_kafka_err2str(err) + " (" + rd_kafka_err2name(err)
+                           + ")");
 }
 
 std::string topic_id_text(const rd_kafka_Uuid_t* id) {

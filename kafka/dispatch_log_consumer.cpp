@@ -1,6 +1,9 @@
 #include "kafka/dispatch_log_consumer.hpp"
 
 #include <mutex>
+#include <utility>
+
+#include <spdlog/spdlog.h>
 
 #include "messages/types.hpp"
 
@@ -44,9 +47,13 @@ public:
         if (m->offset > passed)
           passed = m->offset;
       } else if (m->err) {
+        // Not authorized to read the topic: final (an operator must grant
+        // it); anything else: transient.
         if (!failure)
-          failure = caf::make_error(ec::kafka_read, where() + " offset " + std::to_string(m->offset)
-                                                      + ": " + rd_kafka_message_errstr(m));
+          failure = caf::make_error(is_auth_error(m->err) ? ec::invalid_config : ec::kafka_read,
+                                    where() + " offset " + std::to_string(m->offset) + ": "
+                                      + rd_kafka_message_errstr(m) + " ("
+                                      + rd_kafka_err2name(m->err) + ")");
       } else if (!failure) {
         rd_kafka_timestamp_type_t tt;
         out.push_back(log_record{m->offset,
@@ -77,8 +84,9 @@ private:
 
 } // namespace
 
-dispatch_log_consumer::dispatch_log_consumer(dispatch_log_consumer_config cfg, handle_ptr rk)
-  : cfg_(std::move(cfg)), rk_(std::move(rk)) {}
+dispatch_log_consumer::dispatch_log_consumer(dispatch_log_consumer_config cfg, handle_ptr rk,
+                                             std::shared_ptr<error_sink> errors)
+  : cfg_(std::move(cfg)), rk_(std::move(rk)), errors_(std::move(errors)) {}
 
 dispatch_log_consumer::~dispatch_log_consumer() {
   if (rk_ && assigned_)
@@ -89,6 +97,7 @@ dispatch_log_consumer::~dispatch_log_consumer() {
 
 caf::expected<std::shared_ptr<dispatch_log_consumer>>
 dispatch_log_consumer::make(dispatch_log_consumer_config cfg) {
+  auto errors = std::make_shared<error_sink>();
   auto rk = make_handle(RD_KAFKA_CONSUMER, cfg.client,
                         {{"group.id", cfg.group_id},
                          {"enable.auto.commit", "false"},
@@ -103,12 +112,13 @@ dispatch_log_consumer::make(dispatch_log_consumer_config cfg) {
                          // this much once its prefetch queue is full (default
                          // 1000 ms): in catch-up the queue drains far sooner,
                          // and one partition starved for most of each second.
-                         {"fetch.queue.backoff.ms", std::to_string(cfg.fetch_queue_backoff_ms)}});
+                         {"fetch.queue.backoff.ms", std::to_string(cfg.fetch_queue_backoff_ms)}},
+                        errors);
   if (!rk)
     return rk.error();
   rd_kafka_poll_set_consumer(rk->get());
   return std::shared_ptr<dispatch_log_consumer>{
-    new dispatch_log_consumer(std::move(cfg), std::move(*rk))};
+    new dispatch_log_consumer(std::move(cfg), std::move(*rk), std::move(errors))};
 }
 
 caf::expected<void> dispatch_log_consumer::start(const std::map<int32_t, int64_t>& starts) {
@@ -157,29 +167,108 @@ std::shared_ptr<partition_reader> dispatch_log_consumer::reader(int32_t partitio
                                                partition);
 }
 
+namespace {
+
+/// The logger of the projection ("qsp", see actors/log.hpp) once it exists,
+/// else spdlog's default one.  kafka/ does not link the actors library.
+std::shared_ptr<spdlog::logger> client_logger() {
+  if (auto l = spdlog::get("qsp"))
+    return l;
+  return spdlog::default_logger();
+}
+
+bool mentions_certificate(const std::string& text) {
+  return text.find("certificate") != std::string::npos
+         || text.find("Certificate") != std::string::npos;
+}
+
+} // namespace
+
 caf::error dispatch_log_consumer::poll_events() {
   caf::error result;
+  // Serves the main queue (forwarded to the consumer queue): error_cb runs in
+  // here and feeds errors_; consumer errors come back as messages.
   while (auto* m = rd_kafka_consumer_poll(rk_.get(), 0)) {
-    if (!m->err && !result) {
+    if (!m->err) {
       // Every assigned partition has its own queue: a record here means the
       // queues were set up wrong.  Never drop it silently.
-      result = caf::make_error(ec::kafka_read, "consumer of " + cfg_.topic + ": record of partition "
-                                                 + std::to_string(m->partition) + " offset "
-                                                 + std::to_string(m->offset)
-                                                 + " arrived on the consumer queue");
-    } else if (m->err && m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF && !result) {
-      bool fatal = m->err == RD_KAFKA_RESP_ERR__FATAL
-                   || m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET
-                   || m->err == RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE;
-      // Transport hiccups (_TRANSPORT, _ALL_BROKERS_DOWN) are retried by
-      // librdkafka itself; they only make the projection lag.
-      if (fatal)
-        result = caf::make_error(ec::kafka_read, std::string{"consumer of "} + cfg_.topic + ": "
-                                                   + rd_kafka_message_errstr(m));
+      if (!result)
+        result = caf::make_error(ec::kafka_read, "consumer of " + cfg_.topic
+                                                   + ": record of partition "
+                                                   + std::to_string(m->partition) + " offset "
+                                                   + std::to_string(m->offset)
+                                                   + " arrived on the consumer queue");
+      rd_kafka_message_destroy(m);
+      continue;
     }
+    auto err = m->err;
+    std::string text = rd_kafka_message_errstr(m);
     rd_kafka_message_destroy(m);
+    if (err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+      client_error(err, text, 1, result);
   }
+  for (auto& e : errors_->take())
+    client_error(e.err, e.last_text, e.count, result);
   return result;
+}
+
+void dispatch_log_consumer::client_error(rd_kafka_resp_err_t err, const std::string& text,
+                                         uint64_t count, caf::error& result) {
+  std::string name = rd_kafka_err2name(err);
+  if (cfg_.on_client_error)
+    for (uint64_t i = 0; i < count; ++i)
+      cfg_.on_client_error(name);
+  auto where = "consumer of " + cfg_.topic + ": ";
+  if (is_auth_error(err)) {
+    if (!result)
+      result = caf::make_error(
+        ec::invalid_config,
+        where + "not authorized (" + name + "): " + text
+          + ": check kafka.properties (credentials) and the broker ACLs (Read and Describe on "
+            "topic "
+          + cfg_.topic + ", Describe on the cluster, group " + cfg_.group_id + ")");
+  } else if (err == RD_KAFKA_RESP_ERR__SSL && mentions_certificate(text)) {
+    if (!result)
+      result = caf::make_error(ec::invalid_config, where + "TLS certificate problem (" + name
+                                                     + "): " + text
+                                                     + ": check kafka.properties ssl.*");
+  } else if (err == RD_KAFKA_RESP_ERR__FATAL) {
+    char reason[512] = "";
+    auto orig = rd_kafka_fatal_error(rk_.get(), reason, sizeof(reason));
+    if (!result)
+      result = caf::make_error(ec::kafka_read,
+                               where + "fatal client error "
+                                 + (orig ? std::string{rd_kafka_err2name(orig)} : name) + ": "
+                                 + (reason[0] != '\0' ? std::string{reason} : text));
+  } else if (err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET
+             || err == RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE) {
+    if (!result)
+      result = caf::make_error(ec::kafka_read, where + text);
+  } else {
+    // Brokers down, transport, resolve, ...: librdkafka retries by itself;
+    // the projection only lags.  Say so, but not on every poll.
+    auto now = std::chrono::steady_clock::now();
+    uint64_t skipped = 0;
+    bool log = false;
+    {
+      std::lock_guard<std::mutex> guard{log_mtx_};
+      auto i = last_logged_.find(name);
+      if (i == last_logged_.end() || now - i->second >= cfg_.client_error_log_interval) {
+        last_logged_[name] = now;
+        skipped = std::exchange(suppressed_[name], 0) + (count - 1);
+        log = true;
+      } else {
+        suppressed_[name] += count;
+      }
+    }
+    if (log)
+      client_logger()->warn("{}kafka client error {} (retried by the client; the projection "
+                            "lags meanwhile): {}{}",
+                            where, name, text,
+                            skipped > 0 ? " (" + std::to_string(skipped)
+                                            + " more since the last report)"
+                                        : std::string{});
+  }
 }
 
 } // namespace qsp::kafka

@@ -11,8 +11,11 @@
 //   the partition-EOF event's offset.
 #pragma once
 
+#include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "kafka/client.hpp"
@@ -29,6 +32,14 @@ struct dispatch_log_consumer_config {
   int fetch_max_bytes = 8 * 1024 * 1024;
   /// Re-check of a full prefetch queue (librdkafka's default is 1000 ms).
   int fetch_queue_backoff_ms = 5;
+  /// Called (from whichever thread polls) for every client-level error
+  /// librdkafka reports, not tied to a record: all brokers down, transport,
+  /// resolve, authentication, ... `error_name` is librdkafka's name for it
+  /// (e.g. "_ALL_BROKERS_DOWN").  For counting; must not block.
+  std::function<void(const std::string& error_name)> on_client_error;
+  /// Minimum interval between two log lines for the same (non-final) client
+  /// error name.
+  std::chrono::milliseconds client_error_log_interval{5000};
 };
 
 class dispatch_log_consumer final : public dispatch_log,
@@ -42,18 +53,34 @@ public:
   caf::expected<void> start(const std::map<int32_t, int64_t>& starts) override;
   std::shared_ptr<partition_reader> reader(int32_t partition) override;
 
-  /// Drains client-level events (errors not tied to a partition).
+  /// Drains client-level events (errors not tied to a partition).  Final:
+  /// authentication/authorization failures and certificate problems
+  /// (ec::invalid_config), librdkafka's fatal error and a lost position
+  /// (ec::kafka_read).  Anything else (brokers down, transport, resolve) is
+  /// retried by librdkafka itself: counted (on_client_error), logged at most
+  /// once per client_error_log_interval per error name, and not returned
+  /// (the projection only lags).
   caf::error poll_events();
 
 private:
-  explicit dispatch_log_consumer(dispatch_log_consumer_config cfg, handle_ptr rk);
+  dispatch_log_consumer(dispatch_log_consumer_config cfg, handle_ptr rk,
+                        std::shared_ptr<error_sink> errors);
+  /// One client-level error (`count` occurrences): counted, and either made
+  /// the final `result` or logged (rate-limited).
+  void client_error(rd_kafka_resp_err_t err, const std::string& text, uint64_t count,
+                    caf::error& result);
 
   dispatch_log_consumer_config cfg_;
   handle_ptr rk_;
+  std::shared_ptr<error_sink> errors_;  ///< fed by librdkafka's error_cb
   bool assigned_ = false;
   /// Per-partition queues, detached from the consumer queue *before* assign:
   /// otherwise records fetched in between land on the consumer queue.
   std::map<int32_t, rd_kafka_queue_t*> queues_;
+  /// Rate limit of the client-error log lines: error name -> last logged.
+  std::mutex log_mtx_;
+  std::map<std::string, std::chrono::steady_clock::time_point> last_logged_;
+  std::map<std::string, uint64_t> suppressed_;
 };
 
 } // namespace qsp::kafka

@@ -3,7 +3,9 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 
@@ -58,10 +60,59 @@ timeval to_timeval(int ms) {
   return timeval{ms / 1000, (ms % 1000) * 1000};
 }
 
+/// TCP keepalive probes start after this many idle seconds (and repeat at a
+/// third of it): a peer that vanished without a FIN/RST (host down, NAT or
+/// firewall state dropped) is noticed even on an idle connection.
+constexpr int keepalive_interval_s = 15;
+
+/// The setting a TLS context error is about, for an ec::invalid_config message.
+std::string tls_setup_error(redisSSLContextError e, const settings& cfg) {
+  auto file = [](const char* option, const std::string& path) {
+    return std::string{option} + " (" + (path.empty() ? "<unset>" : path) + ")";
+  };
+  std::string detail = redisSSLContextGetError(e);
+  switch (e) {
+    case REDIS_SSL_CTX_CA_CERT_LOAD_FAILED:
+      return "cannot load " + file("redis.tls-ca-file", cfg.tls_ca_file) + ": " + detail;
+    case REDIS_SSL_CTX_CLIENT_CERT_LOAD_FAILED:
+      return "cannot load " + file("redis.tls-cert-file", cfg.tls_cert_file) + ": " + detail;
+    case REDIS_SSL_CTX_PRIVATE_KEY_LOAD_FAILED:
+      return "cannot load " + file("redis.tls-key-file", cfg.tls_key_file) + ": " + detail;
+    case REDIS_SSL_CTX_CERT_KEY_REQUIRED:
+      return "redis.tls-cert-file and redis.tls-key-file must be set together: " + detail;
+    case REDIS_SSL_CTX_CLIENT_DEFAULT_CERT_FAILED:
+    case REDIS_SSL_CTX_OS_CERTSTORE_OPEN_FAILED:
+    case REDIS_SSL_CTX_OS_CERT_ADD_FAILED:
+      return "cannot use the system CA store (set redis.tls-ca-file): " + detail;
+    default:
+      return "cannot create a TLS context: " + detail;
+  }
+}
+
+/// True if a failed TLS handshake is about the certificates (a configuration
+/// problem on one side or the other), not about the transport.
+bool certificate_problem(const std::string& err) {
+  std::string low;
+  for (char c : err)
+    low.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  return low.find("certificate") != std::string::npos || low.find("unknown ca") != std::string::npos
+         || low.find("verify failed") != std::string::npos
+         || low.find("hostname mismatch") != std::string::npos;
+}
+
+/// True for the text hiredis leaves after a read or write that hit
+/// SO_RCVTIMEO/SO_SNDTIMEO (EAGAIN in blocking mode, TCP and TLS alike).
+bool timed_out(const redisContext* ctx) {
+  if (ctx->err == REDIS_ERR_TIMEOUT)
+    return true;
+  return ctx->err == REDIS_ERR_IO
+         && std::strstr(ctx->errstr, std::strerror(EAGAIN)) != nullptr;
+}
+
 } // namespace
 
 connection::connection(settings cfg, redisContext* ctx, void* ssl)
-  : cfg_(std::move(cfg)), ctx_(ctx), ssl_(ssl) {}
+  : cfg_(std::move(cfg)), ctx_(ctx), ssl_(ssl), fd_(ctx->fd) {}
 
 connection::~connection() {
   if (ctx_ != nullptr)
@@ -74,27 +125,35 @@ std::string connection::where() const {
   return "redis " + cfg_.host + ":" + std::to_string(cfg_.port);
 }
 
+void connection::interrupt() {
+  // The flag first: a call that wakes up from the shutdown reports
+  // "interrupted", and every later call fails before touching the socket.
+  // shutdown(2) (not close) keeps the descriptor number ours until the
+  // destructor, so it cannot hit a reused descriptor.
+  if (!interrupted_.exchange(true, std::memory_order_acq_rel) && fd_ >= 0)
+    ::shutdown(fd_, SHUT_RDWR);
+}
+
+caf::error connection::interrupted_error() const {
+  return caf::make_error(ec::redis_unavailable, where() + ": interrupted");
+}
+
 caf::error connection::io_error(const std::string& what) const {
+  if (interrupted())
+    return caf::make_error(ec::redis_unavailable, where() + ": " + what + ": interrupted");
+  if (ctx_ != nullptr && ctx_->err != 0 && timed_out(ctx_))
+    return caf::make_error(ec::redis_unavailable,
+                           where() + ": " + what + ": timed out after "
+                             + std::to_string(cfg_.command_timeout_ms)
+                             + " ms (redis.command-timeout); the connection is unusable");
   std::string detail = ctx_ != nullptr && ctx_->err != 0 ? ctx_->errstr : "connection lost";
   return caf::make_error(ec::redis_unavailable, where() + ": " + what + ": " + detail);
 }
 
 caf::expected<std::unique_ptr<connection>> connection::open(const settings& cfg) {
-  redisOptions opts{};
-  REDIS_OPTIONS_SET_TCP(&opts, cfg.host.c_str(), static_cast<int>(cfg.port));
-  auto ct = to_timeval(cfg.connect_timeout_ms);
-  auto cmdt = to_timeval(cfg.command_timeout_ms);
-  opts.connect_timeout = &ct;
-  opts.command_timeout = &cmdt;
   auto where = "redis " + cfg.host + ":" + std::to_string(cfg.port);
-  redisContext* ctx = redisConnectWithOptions(&opts);
-  if (ctx == nullptr)
-    return caf::make_error(ec::redis_unavailable, where + ": cannot allocate a context");
-  if (ctx->err != 0) {
-    std::string err = ctx->errstr;
-    redisFree(ctx);
-    return caf::make_error(ec::redis_unavailable, where + ": connect: " + err);
-  }
+  // The TLS context first: files that cannot be loaded are a configuration
+  // error whether or not the server is up.
   redisSSLContext* ssl = nullptr;
   if (cfg.tls) {
     static const bool ssl_init = [] { return redisInitOpenSSL() == REDIS_OK; }();
@@ -103,17 +162,54 @@ caf::expected<std::unique_ptr<connection>> connection::open(const settings& cfg)
     auto opt = [](const std::string& s) { return s.empty() ? nullptr : s.c_str(); };
     ssl = redisCreateSSLContext(opt(cfg.tls_ca_file), nullptr, opt(cfg.tls_cert_file),
                                 opt(cfg.tls_key_file), opt(cfg.tls_server_name), &ssl_err);
-    if (ssl == nullptr) {
-      redisFree(ctx);
-      return caf::make_error(ec::redis_unavailable,
-                             where + ": TLS setup: " + redisSSLContextGetError(ssl_err));
-    }
-    if (redisInitiateSSLWithContext(ctx, ssl) != REDIS_OK) {
-      std::string err = ctx->errstr;
-      redisFree(ctx);
+    if (ssl == nullptr)
+      return caf::make_error(ec::invalid_config,
+                             where + ": TLS setup: " + tls_setup_error(ssl_err, cfg));
+  }
+  auto free_ssl = [&] {
+    if (ssl != nullptr)
       redisFreeSSLContext(ssl);
-      return caf::make_error(ec::redis_unavailable, where + ": TLS handshake: " + err);
-    }
+  };
+  redisOptions opts{};
+  REDIS_OPTIONS_SET_TCP(&opts, cfg.host.c_str(), static_cast<int>(cfg.port));
+  auto ct = to_timeval(cfg.connect_timeout_ms);
+  auto cmdt = to_timeval(cfg.command_timeout_ms);
+  opts.connect_timeout = &ct;
+  // Sets SO_RCVTIMEO/SO_SNDTIMEO on the socket: every blocking read or write
+  // (TLS ones too: OpenSSL reads the same descriptor) gives up after it.
+  opts.command_timeout = &cmdt;
+  redisContext* ctx = redisConnectWithOptions(&opts);
+  if (ctx == nullptr) {
+    free_ssl();
+    return caf::make_error(ec::redis_unavailable, where + ": cannot allocate a context");
+  }
+  if (ctx->err != 0) {
+    std::string err = ctx->errstr;
+    redisFree(ctx);
+    free_ssl();
+    return caf::make_error(ec::redis_unavailable, where + ": connect: " + err);
+  }
+  if (redisEnableKeepAliveWithInterval(ctx, keepalive_interval_s) != REDIS_OK) {
+    std::string err = ctx->errstr;
+    redisFree(ctx);
+    free_ssl();
+    return caf::make_error(ec::redis_unavailable, where + ": enabling TCP keepalive: " + err);
+  }
+  if (ssl != nullptr && redisInitiateSSLWithContext(ctx, ssl) != REDIS_OK) {
+    std::string err = ctx->errstr;
+    bool timeout = timed_out(ctx);
+    redisFree(ctx);
+    free_ssl();
+    if (timeout)
+      return caf::make_error(ec::redis_unavailable,
+                             where + ": TLS handshake: timed out after "
+                               + std::to_string(cfg.command_timeout_ms) + " ms");
+    if (certificate_problem(err))
+      return caf::make_error(ec::invalid_config,
+                             where + ": TLS handshake: " + err
+                               + " (check redis.tls-ca-file, redis.tls-server-name, "
+                                 "redis.tls-cert-file/redis.tls-key-file)");
+    return caf::make_error(ec::redis_unavailable, where + ": TLS handshake: " + err);
   }
   std::unique_ptr<connection> conn{new connection(cfg, ctx, ssl)};
   if (!cfg.password.empty()) {
@@ -123,20 +219,26 @@ caf::expected<std::unique_ptr<connection>> connection::open(const settings& cfg)
     argv.push_back(cfg.password);
     auto r = conn->command(argv);
     if (!r) {
-      // Never echo the password; name the user.
-      return caf::make_error(ec::redis_unavailable,
-                             where + ": AUTH failed for user '"
-                               + (cfg.username.empty() ? "default" : cfg.username)
-                               + "': " + describe(r.error()));
+      // Never echo the password; name the user.  The server refusing the
+      // credentials (WRONGPASS, no password set on the server, ...) is final;
+      // no answer at all is an outage.
+      auto code = r.error().code() == static_cast<uint8_t>(ec::redis_unavailable)
+                    ? ec::redis_unavailable
+                    : ec::invalid_config;
+      return caf::make_error(code, where + ": AUTH failed for user '"
+                                     + (cfg.username.empty() ? "default" : cfg.username)
+                                     + "': " + describe(r.error()));
     }
   }
   return conn;
 }
 
 caf::expected<reply_ptr> connection::command(const std::vector<std::string>& argv) {
+  if (interrupted())
+    return interrupted_error();
   std::vector<std::string_view> views(argv.begin(), argv.end());
   append(views);
-  return read_reply();
+  return read_reply(argv.empty() ? std::string_view{"a command"} : std::string_view{argv[0]});
 }
 
 void connection::append(const std::vector<std::string_view>& argv) {
@@ -154,6 +256,8 @@ void connection::append_formatted(std::string_view resp) {
 }
 
 caf::error connection::flush() {
+  if (interrupted())
+    return interrupted_error();
   sigpipe_guard guard;
   int done = 0;
   while (!done)
@@ -164,31 +268,48 @@ caf::error connection::flush() {
 
 namespace {
 
-caf::expected<reply_ptr> classify(const std::string& where, void* raw) {
+/// True for an ACL denial: "NOPERM ..." as such, or wrapped by a script
+/// error ("ERR Error running script ...: NOPERM ..." on Redis 6.2).
+bool noperm(std::string_view text) {
+  return text.rfind("NOPERM", 0) == 0 || text.find(": NOPERM") != std::string_view::npos;
+}
+
+caf::expected<reply_ptr> classify(const std::string& where, std::string_view what, void* raw) {
   reply_ptr r{static_cast<redisReply*>(raw)};
-  if (r->type == REDIS_REPLY_ERROR)
-    return caf::make_error(ec::redis_reply, where + ": " + std::string{r->str, r->len});
+  if (r->type == REDIS_REPLY_ERROR) {
+    std::string_view text{r->str, r->len};
+    if (noperm(text))
+      return caf::make_error(ec::invalid_config,
+                             where + ": the ACL denies " + std::string{what}
+                               + " (grant it to the user, see config/redis-acl.conf): "
+                               + std::string{text});
+    return caf::make_error(ec::redis_reply, where + ": " + std::string{text});
+  }
   return r;
 }
 
 } // namespace
 
-caf::expected<reply_ptr> connection::read_reply() {
+caf::expected<reply_ptr> connection::read_reply(std::string_view what) {
+  if (interrupted())
+    return interrupted_error();
   sigpipe_guard guard; // redisGetReply first writes what is still queued
   void* raw = nullptr;
   if (redisGetReply(ctx_, &raw) != REDIS_OK || raw == nullptr)
     return io_error("reading a reply");
-  return classify(where(), raw);
+  return classify(where(), what, raw);
 }
 
-caf::expected<reply_ptr> connection::poll_reply(int timeout_ms) {
+caf::expected<reply_ptr> connection::poll_reply(int timeout_ms, std::string_view what) {
+  if (interrupted())
+    return interrupted_error();
   if (ssl_ != nullptr || timeout_ms < 0)
-    return read_reply();
+    return read_reply(what);
   void* raw = nullptr;
   if (redisGetReplyFromReader(ctx_, &raw) != REDIS_OK)
     return io_error("parsing a reply");
   if (raw != nullptr)
-    return classify(where(), raw);
+    return classify(where(), what, raw);
   pollfd pfd{ctx_->fd, POLLIN, 0};
   int n = ::poll(&pfd, 1, timeout_ms);
   if (n < 0 && errno != EINTR)
@@ -203,7 +324,7 @@ caf::expected<reply_ptr> connection::poll_reply(int timeout_ms) {
     return io_error("parsing a reply");
   if (raw == nullptr)
     return reply_ptr{};
-  return classify(where(), raw);
+  return classify(where(), what, raw);
 }
 
 } // namespace qsp::redis

@@ -1,8 +1,15 @@
-// One hiredis connection: TCP or TLS, AUTH with ACL user/password, timeouts.
-// Errors are classified (ec::redis_unavailable for I/O, timeout, closed;
-// ec::redis_reply for an error reply) and never carry the password.
+// One hiredis connection: TCP or TLS, AUTH with ACL user/password, timeouts,
+// TCP keepalive.  Errors are classified and never carry the password:
+// - ec::redis_unavailable: connect, I/O, a timed-out read or write, closed,
+//   interrupted, a TLS handshake that failed for a reason other than the
+//   certificates;
+// - ec::invalid_config: AUTH refused, an ACL that denies a command or key
+//   (NOPERM), TLS files that cannot be loaded, a certificate that does not
+//   verify (final: an operator must act);
+// - ec::redis_reply: any other error reply.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,7 +45,9 @@ public:
   static caf::expected<std::unique_ptr<connection>> open(const settings& cfg);
   ~connection();
 
-  /// One command, one reply; an error reply becomes ec::redis_reply.
+  /// One command, one reply; an error reply becomes ec::redis_reply (a NOPERM
+  /// one ec::invalid_config naming the command).  Blocks at most the command
+  /// timeout.
   caf::expected<reply_ptr> command(const std::vector<std::string>& argv);
   /// Queues a command without waiting (pipelining).
   void append(const std::vector<std::string_view>& argv);
@@ -46,12 +55,20 @@ public:
   void append_formatted(std::string_view resp);
   /// Writes every queued command to the socket (so the server starts on them).
   caf::error flush();
-  /// Reads the next pipelined reply.
-  caf::expected<reply_ptr> read_reply();
+  /// Reads the next pipelined reply (blocking, at most the command timeout).
+  /// `what` names the command in errors.
+  caf::expected<reply_ptr> read_reply(std::string_view what = "a pipelined command");
   /// Like read_reply, but waits at most `timeout_ms` for the reply to arrive
   /// and returns a null reply if it has not (yet).  TLS connections read
   /// blocking, since bytes inside the TLS layer are invisible to poll(2).
-  caf::expected<reply_ptr> poll_reply(int timeout_ms);
+  caf::expected<reply_ptr> poll_reply(int timeout_ms,
+                                      std::string_view what = "a pipelined command");
+  /// Callable from any thread: shuts the socket down, so a call blocked in
+  /// I/O on another thread returns an error at once; every later call fails
+  /// fast (ec::redis_unavailable, "interrupted").  The context itself is
+  /// freed only by the destructor, on the owning thread.
+  void interrupt();
+  bool interrupted() const { return interrupted_.load(std::memory_order_acquire); }
 
   const settings& config() const { return cfg_; }
   std::string where() const;
@@ -59,10 +76,13 @@ public:
 private:
   connection(settings cfg, redisContext* ctx, void* ssl);
   caf::error io_error(const std::string& what) const;
+  caf::error interrupted_error() const;
 
   settings cfg_;
   redisContext* ctx_;
   void* ssl_;  ///< redisSSLContext*, opaque here
+  int fd_;     ///< the socket, fixed for the connection's life (for interrupt)
+  std::atomic<bool> interrupted_{false};
   std::vector<const char*> argv_;
   std::vector<size_t> lens_;
 };

@@ -1,6 +1,7 @@
 #include "redis/stores.hpp"
 
 #include <charconv>
+#include <unordered_set>
 
 #include "messages/types.hpp"
 
@@ -8,37 +9,45 @@ namespace qsp::redis {
 
 namespace {
 
-// Reads meta and every checkpoint key of a topic atomically (scripts run
-// isolated).  Returns {meta_type, meta_fields, key1, type1, fields1, ...}.
+// Reads keys atomically (scripts run isolated) without any keyspace scan:
+// with ARGV[1] == 'meta', KEYS[1] is the meta key and comes first as
+// {meta_type, meta_fields}; then {key, type, fields} for each other key that
+// exists (fields empty unless it is a hash).  Used for meta plus the known
+// checkpoint keys [0, partition_count) in one step, and for the stray keys a
+// SCAN outside the script found.
 constexpr const char* read_script = R"lua(
-local out = {redis.call('TYPE', KEYS[1]).ok}
-if out[1] == 'hash' then out[2] = redis.call('HGETALL', KEYS[1]) else out[2] = {} end
-local cursor = '0'
-repeat
-  local r = redis.call('SCAN', cursor, 'MATCH', ARGV[1], 'COUNT', 1000)
-  cursor = r[1]
-  for _, k in ipairs(r[2]) do
-    local t = redis.call('TYPE', k).ok
-    out[#out + 1] = k
+local out = {}
+local first = 1
+if ARGV[1] == 'meta' then
+  out[1] = redis.call('TYPE', KEYS[1]).ok
+  if out[1] == 'hash' then out[2] = redis.call('HGETALL', KEYS[1]) else out[2] = {} end
+  first = 2
+end
+for i = first, #KEYS do
+  local t = redis.call('TYPE', KEYS[i]).ok
+  if t ~= 'none' then
+    out[#out + 1] = KEYS[i]
     out[#out + 1] = t
-    if t == 'hash' then out[#out + 1] = redis.call('HGETALL', k) else out[#out + 1] = {} end
+    if t == 'hash' then out[#out + 1] = redis.call('HGETALL', KEYS[i]) else out[#out + 1] = {} end
   end
-until cursor == '0'
+end
 return out
 )lua";
 
-// Creates meta iff neither meta nor any checkpoint of the topic exists.
+// Creates meta (KEYS[1]) iff neither it nor any of the known checkpoint keys
+// (KEYS[2..]) exists.  ARGV: meta's fields and values.
 constexpr const char* create_meta_script = R"lua(
 if redis.call('EXISTS', KEYS[1]) == 1 then return 'exists' end
-local cursor = '0'
-repeat
-  local r = redis.call('SCAN', cursor, 'MATCH', ARGV[1], 'COUNT', 1000)
-  cursor = r[1]
-  if #r[2] > 0 then return 'checkpoints' end
-until cursor == '0'
-redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+for i = 2, #KEYS do
+  if redis.call('EXISTS', KEYS[i]) == 1 then return 'checkpoints' end
+end
+redis.call('HSET', KEYS[1], unpack(ARGV))
 return 'created'
 )lua";
+
+/// SCAN's COUNT hint: the work of one SCAN step (Redis is busy for one step,
+/// never for the whole keyspace).
+constexpr const char* scan_count = "1000";
 
 // The guarded checkpoint write (DESIGN.md §4): identity fields of meta and of
 // the checkpoint must match, and the stored next_offset must equal what this
@@ -132,14 +141,62 @@ caf::expected<std::string> redis_checkpoint_store::server_version() {
   return text.substr(pos, text.find_first_of("\r\n", pos) - pos);
 }
 
-caf::expected<core::stored_state> redis_checkpoint_store::read(const std::string& topic) {
+caf::expected<std::string> redis_checkpoint_store::maxmemory_policy() {
+  // INFO, not CONFIG GET: a least-privilege ACL user has +info but no +config.
+  auto r = conn_->command({"INFO", "memory"});
+  if (!r)
+    return r.error();
+  auto text = str(r->get());
+  auto pos = text.find("maxmemory_policy:");
+  if (pos == std::string::npos)
+    return unexpected_reply(*conn_, "INFO memory");
+  pos += 17;
+  return text.substr(pos, text.find_first_of("\r\n", pos) - pos);
+}
+
+namespace {
+
+std::vector<std::string> known_checkpoint_keys(const std::string& ns, const std::string& topic,
+                                               int32_t partition_count) {
+  std::vector<std::string> out;
+  for (int32_t p = 0; p < partition_count; ++p)
+    out.push_back(checkpoint_key(ns, topic, p));
+  return out;
+}
+
+/// Adds the {key, type, fields} triples of `rep` from element `first` on.
+void add_checkpoints(core::stored_state& st, const std::string& prefix, const redisReply* rep,
+                     size_t first) {
+  for (size_t i = first; i + 2 < rep->elements; i += 3) {
+    auto key = str(rep->element[i]);
+    if (key.size() < prefix.size())
+      continue;
+    st.checkpoints[key.substr(prefix.size())] = to_fields(rep->element[i + 2]);
+  }
+}
+
+bool triples(const redisReply* rep, size_t first) {
+  return rep->type == REDIS_REPLY_ARRAY && rep->elements >= first
+         && (rep->elements - first) % 3 == 0;
+}
+
+} // namespace
+
+caf::expected<core::stored_state> redis_checkpoint_store::read(const std::string& topic,
+                                                               int32_t partition_count) {
   auto& ns = conn_->config().ns;
   auto prefix = checkpoint_prefix(ns, topic);
-  auto r = conn_->command({"EVAL", read_script, "1", meta_key(ns), glob_escape(prefix) + "*"});
+  auto known = known_checkpoint_keys(ns, topic, partition_count);
+  // 1. Meta and the known checkpoints, atomically.
+  std::vector<std::string> argv{"EVAL", read_script, std::to_string(known.size() + 1),
+                                meta_key(ns)};
+  argv.insert(argv.end(), known.begin(), known.end());
+  argv.emplace_back("meta");
+  auto r = conn_->command(argv);
   if (!r)
     return r.error();
   auto* rep = r->get();
-  if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 2 || (rep->elements - 2) % 3 != 0)
+  if (!triples(rep, 2))
     return unexpected_reply(*conn_, "the checkpoint read script");
   core::stored_state st;
   auto meta_type = str(rep->element[0]);
@@ -147,17 +204,50 @@ caf::expected<core::stored_state> redis_checkpoint_store::read(const std::string
     st.meta = to_fields(rep->element[1]);
   else if (meta_type != "none")
     st.meta = core::hash_fields{}; // wrong type: every field missing
-  for (size_t i = 2; i < rep->elements; i += 3) {
-    auto key = str(rep->element[i]);
-    st.checkpoints[key.substr(prefix.size())] = to_fields(rep->element[i + 2]);
-  }
+  add_checkpoints(st, prefix, rep, 2);
+  // 2. Stray checkpoint keys of the topic (a partition >= partition_count, a
+  // suffix that is no partition number): an incremental SCAN, one bounded
+  // step per round trip, so Redis is never blocked by a big keyspace.  Known
+  // keys it meets are skipped: the atomic snapshot above is what counts.
+  std::unordered_set<std::string> known_set(known.begin(), known.end());
+  auto pattern = glob_escape(prefix) + "*";
+  std::string cursor = "0";
+  do {
+    auto page = conn_->command({"SCAN", cursor, "MATCH", pattern, "COUNT", scan_count});
+    if (!page)
+      return page.error();
+    auto* pr = page->get();
+    if (pr->type != REDIS_REPLY_ARRAY || pr->elements != 2
+        || pr->element[1]->type != REDIS_REPLY_ARRAY)
+      return unexpected_reply(*conn_, "SCAN");
+    cursor = str(pr->element[0]);
+    std::vector<std::string> strays;
+    for (size_t i = 0; i < pr->element[1]->elements; ++i) {
+      auto key = str(pr->element[1]->element[i]);
+      if (key.compare(0, prefix.size(), prefix) == 0 && !known_set.count(key))
+        strays.push_back(std::move(key));
+    }
+    if (strays.empty())
+      continue;
+    std::vector<std::string> sargv{"EVAL", read_script, std::to_string(strays.size())};
+    sargv.insert(sargv.end(), strays.begin(), strays.end());
+    sargv.emplace_back("keys");
+    auto sr = conn_->command(sargv);
+    if (!sr)
+      return sr.error();
+    if (!triples(sr->get(), 0))
+      return unexpected_reply(*conn_, "the checkpoint read script");
+    add_checkpoints(st, prefix, sr->get(), 0);
+  } while (cursor != "0");
   return st;
 }
 
 caf::expected<bool> redis_checkpoint_store::create_meta(const core::identity& id) {
   auto& ns = conn_->config().ns;
-  std::vector<std::string> argv{"EVAL", create_meta_script, "1", meta_key(ns),
-                                glob_escape(checkpoint_prefix(ns, id.topic)) + "*"};
+  auto known = known_checkpoint_keys(ns, id.topic, id.partition_count);
+  std::vector<std::string> argv{"EVAL", create_meta_script, std::to_string(known.size() + 1),
+                                meta_key(ns)};
+  argv.insert(argv.end(), known.begin(), known.end());
   for (auto& [k, v] : core::encode_meta(id)) {
     argv.push_back(k);
     argv.push_back(v);
@@ -173,6 +263,8 @@ caf::expected<bool> redis_checkpoint_store::create_meta(const core::identity& id
   return caf::make_error(ec::refused, "meta: field meta: stored \"<absent>\", observed \""
                                         + ns + ":meta\": checkpoints exist but meta is missing");
 }
+
+void redis_checkpoint_store::interrupt() { conn_->interrupt(); }
 
 caf::expected<void> redis_checkpoint_store::write_checkpoint(const core::identity& id,
                                                              int32_t partition, int64_t expected,
@@ -272,7 +364,7 @@ caf::expected<bool> redis_session_store::confirm(size_t n, std::chrono::millisec
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
       timeout = static_cast<int>(std::max<int64_t>(0, left.count()));
     }
-    auto r = conn_->poll_reply(timeout);
+    auto r = conn_->poll_reply(timeout, "ZADD");
     if (!r) {
       if (r.error().code() == static_cast<uint8_t>(ec::redis_unavailable)) {
         // The connection is gone: the remaining replies never come.
@@ -299,6 +391,8 @@ caf::expected<bool> redis_session_store::confirm(size_t n, std::chrono::millisec
     return std::exchange(first_failure_, caf::error{});
   return true;
 }
+
+void redis_session_store::interrupt() { conn_->interrupt(); }
 
 caf::expected<session_list> redis_session_store::sessions(const std::string& user, size_t limit) {
   auto r = conn_->command({"ZREVRANGE", conn_->config().convs_prefix + user, "0",

@@ -21,10 +21,13 @@ public:
   static caf::expected<std::unique_ptr<redis_checkpoint_store>> open(const settings& cfg);
 
   caf::expected<std::string> server_version() override;
-  caf::expected<core::stored_state> read(const std::string& topic) override;
+  caf::expected<std::string> maxmemory_policy() override;
+  caf::expected<core::stored_state> read(const std::string& topic,
+                                         int32_t partition_count) override;
   caf::expected<bool> create_meta(const core::identity& id) override;
   caf::expected<void> write_checkpoint(const core::identity& id, int32_t partition,
                                        int64_t expected, int64_t next_offset) override;
+  void interrupt() override;
 
 private:
   explicit redis_checkpoint_store(std::unique_ptr<connection> conn) : conn_(std::move(conn)) {}
@@ -39,6 +42,7 @@ public:
   caf::expected<void> send(const std::vector<session_update>& updates) override;
   caf::expected<bool> confirm(size_t n, std::chrono::milliseconds wait) override;
   caf::expected<session_list> sessions(const std::string& user, size_t limit) override;
+  void interrupt() override;
 
 private:
   explicit redis_session_store(std::unique_ptr<connection> conn) : conn_(std::move(conn)) {}

@@ -1,12 +1,14 @@
 // The reusable dispatch-log consumer against the real broker: explicit
 // starts, the [low, high] readiness check, per-partition order, and progress
-// past transaction markers from the partition-EOF offset.
+// past transaction markers from the partition-EOF offset; client-level errors
+// (unreachable brokers) counted, not final.
 #include <condition_variable>
 #include <mutex>
 #include <thread>
 
 #include <gtest/gtest.h>
 
+#include "adapters/real_ports.hpp"
 #include "kafka/admin.hpp"
 #include "kafka/dispatch_log_consumer.hpp"
 #include "kafka/producer.hpp"
@@ -158,4 +160,42 @@ TEST(DispatchLogConsumer, EofPositionPassesTrailingCommitMarkers) {
   EXPECT_EQ(last, 2);   // the last data record
   EXPECT_EQ(passed, 4); // past the commit marker at 3
   (*admin)->delete_topic(topic);
+}
+
+TEST(DispatchLogConsumer, UnreachableBrokersAreCountedAndNotFinal) {
+  auto cfg = consumer_config(test::unique_name("unreachable"));
+  cfg.client.bootstrap_servers = "127.0.0.1:" + std::to_string(test::free_port());
+  cfg.client.timeout_ms = 500;
+  std::mutex mtx;
+  std::vector<std::string> names;
+  cfg.on_client_error = [&](const std::string& name) {
+    std::lock_guard<std::mutex> guard{mtx};
+    names.push_back(name);
+  };
+  auto stats = std::make_shared<metrics>();
+  real_ports_settings rs;
+  rs.kafka = cfg;
+  rs.redis = test::redis_settings("ns", "convs:");
+  auto ports = make_real_ports(rs, stats);
+  auto log = ports->make_dispatch_log();
+  ASSERT_TRUE(log) << describe(log.error());
+  auto* consumer = dynamic_cast<kafka::dispatch_log_consumer*>(log->get());
+  ASSERT_NE(consumer, nullptr);
+  caf::error failure;
+  bool counted = test::eventually(
+    [&] {
+      if (auto err = consumer->poll_events(); err && !failure)
+        failure = err;
+      return stats->kafka_client_errors.load() >= 2;
+    },
+    20s);
+  EXPECT_FALSE(failure) << describe(failure);
+  EXPECT_TRUE(counted);
+  std::lock_guard<std::mutex> guard{mtx};
+  // The host's own callback still sees every error the metric counts.
+  EXPECT_GE(names.size(), 2u);
+  bool transport = false;
+  for (auto& n : names)
+    transport |= n == "_TRANSPORT" || n == "_ALL_BROKERS_DOWN" || n == "_RESOLVE";
+  EXPECT_TRUE(transport) << (names.empty() ? std::string{"none"} : names.front());
 }

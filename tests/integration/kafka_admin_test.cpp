@@ -1,5 +1,5 @@
 // The broker inspector against a real KRaft broker: KIP-516 topic ids,
-// cluster id, partition count, retention.ms, watermarks.
+// cluster id, partition count, retention.ms, cleanup.policy, watermarks.
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -82,9 +82,89 @@ TEST(KafkaAdmin, WatermarksUnderReadCommittedStopAtTheLastStableOffset) {
   (*admin)->delete_topic(topic);
 }
 
-TEST(KafkaAdmin, MissingTopicIsARefusalNotAnOutage) {
+TEST(KafkaAdmin, MissingTopicIsTransientNotARefusal) {
+  // A topic that does not exist yet (or whose metadata is still propagating
+  // after creation) may appear: the caller retries.
   auto admin = kafka::admin::make(test::kafka_client());
-  auto st = (*admin)->inspect(test::unique_name("absent"));
-  ASSERT_FALSE(st);
-  EXPECT_TRUE(is_refusal(st.error())) << describe(st.error());
+  ASSERT_TRUE(admin) << describe(admin.error());
+  auto name = test::unique_name("absent");
+  for (auto st : {(*admin)->identity(name), (*admin)->inspect(name)}) {
+    ASSERT_FALSE(st);
+    EXPECT_EQ(st.error().code(), static_cast<uint8_t>(ec::kafka_unavailable)) << describe(st.error());
+    EXPECT_FALSE(is_refusal(st.error()));
+    EXPECT_NE(describe(st.error()).find("topic " + name + " does not exist on the broker"),
+              std::string::npos)
+      << describe(st.error());
+  }
+}
+
+TEST(KafkaAdmin, IdentityAsksTheBrokerForTheClusterId) {
+  auto topic = test::unique_name("ident");
+  test::create_topic(topic, 2);
+  auto admin = kafka::admin::make(test::kafka_client());
+  auto cid = (*admin)->cluster_id(); // the client's (cached) view
+  ASSERT_TRUE(cid) << describe(cid.error());
+  auto st = (*admin)->identity(topic);
+  ASSERT_TRUE(st) << describe(st.error());
+  EXPECT_EQ(st->cluster_id, *cid);
+  EXPECT_EQ(st->partition_count, 2);
+  EXPECT_TRUE(core::is_valid_topic_id_text(st->topic_id)) << st->topic_id;
+  (*admin)->delete_topic(topic);
+}
+
+TEST(KafkaAdmin, ReadsTheCleanupPolicyWithRetention) {
+  auto admin = kafka::admin::make(test::kafka_client());
+  ASSERT_TRUE(admin) << describe(admin.error());
+  auto plain = test::unique_name("delete");
+  test::create_topic(plain, 1);
+  auto compacted = test::unique_name("compact");
+  ASSERT_TRUE((*admin)->create_topic(compacted, 1, {{"cleanup.policy", "compact"},
+                                                    {"retention.ms", "3600000"}}));
+  auto st = (*admin)->inspect(plain);
+  ASSERT_TRUE(st) << describe(st.error());
+  EXPECT_EQ(st->cleanup_policy, "delete");
+  EXPECT_GT(st->retention_ms, 0);
+  // The new topic's metadata may take a moment to reach every broker view.
+  caf::expected<broker_state> cst = caf::make_error(ec::kafka_unavailable, "not asked yet");
+  for (int i = 0; i < 100; ++i) {
+    cst = (*admin)->inspect(compacted);
+    if (cst)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(cst) << describe(cst.error());
+  EXPECT_EQ(cst->cleanup_policy, "compact");
+  EXPECT_EQ(cst->retention_ms, 3600000);
+  (*admin)->delete_topic(plain);
+  (*admin)->delete_topic(compacted);
+}
+
+TEST(KafkaAdmin, DestroyingHandlesNeverBlocksTheCaller) {
+  // A client of an unreachable broker: rd_kafka_destroy may wait for its
+  // threads; the deleter hands it to the reaper instead.
+  auto cfg = test::kafka_client();
+  cfg.bootstrap_servers = "127.0.0.1:1";
+  cfg.timeout_ms = 500;
+  std::vector<std::unique_ptr<kafka::admin>> admins;
+  for (int i = 0; i < 3; ++i) {
+    auto a = kafka::admin::make(cfg);
+    ASSERT_TRUE(a) << describe(a.error());
+    if (i == 0)
+      (void) (*a)->identity("t"); // some traffic towards the dead address
+    admins.push_back(std::move(*a));
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  admins.clear();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(200));
+  kafka::drain_reaper(); // every handle destroyed, bounded
+}
+
+TEST(KafkaClient, AnInvalidPropertyCombinationIsAConfigurationError) {
+  auto cfg = test::kafka_client();
+  cfg.properties.emplace_back("security.protocol", "ssl");
+  cfg.properties.emplace_back("ssl.ca.location", "/nonexistent/qsp-ca.pem");
+  auto a = kafka::admin::make(cfg);
+  ASSERT_FALSE(a);
+  EXPECT_EQ(a.error().code(), static_cast<uint8_t>(ec::invalid_config)) << describe(a.error());
+  EXPECT_NE(describe(a.error()).find("ssl.ca.location"), std::string::npos) << describe(a.error());
 }

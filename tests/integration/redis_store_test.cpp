@@ -1,6 +1,9 @@
 // The Redis adapters against a real redis-server: pipelined ZADD GT, the
-// atomic read, meta creation and the guarded checkpoint write.
+// atomic read (plus the incremental stray scan), meta creation, the guarded
+// checkpoint write, maxmemory-policy, timeouts and interrupt().
 #include <csignal>
+#include <future>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -168,14 +171,103 @@ TEST(RedisCheckpointStore, GuardedWriteRejectsASecondWriterAndForeignEdits) {
 
   // The right expectation succeeds and the read sees it.
   ASSERT_TRUE((*a)->write_checkpoint(id, 0, 5, 6));
-  auto st = (*a)->read(topic);
+  auto st = (*a)->read(topic, id.partition_count);
   ASSERT_TRUE(st);
   ASSERT_TRUE(st->meta.has_value());
   ASSERT_EQ(st->checkpoints.size(), 1u);
   EXPECT_EQ(st->checkpoints.at("0"), core::encode_checkpoint(id, 0, 6));
 }
 
-TEST(RedisCheckpointStore, ReadFindsStrayKeysAndCreateMetaRefusesOrphans) {
+TEST(RedisCheckpointStore, ReadFindsStrayKeysOutsideThePartitionRange) {
+  auto ns = test::unique_name("ns");
+  auto topic = test::unique_name("t");
+  auto id = ident(topic); // 2 partitions
+  auto c = test::redis_conn();
+  auto key = redis::checkpoint_prefix(ns, topic);
+  // A known checkpoint, a partition beyond the count, a non-numeric suffix,
+  // a non-canonical number, and a key of another topic sharing the prefix
+  // up to the separator (must not show up).
+  test::redis_cmd(*c, {"HSET", key + "1", "next_offset", "3"});
+  test::redis_cmd(*c, {"HSET", key + "7", "next_offset", "1"});
+  test::redis_cmd(*c, {"SET", key + "x", "not a hash"});
+  test::redis_cmd(*c, {"HSET", key + "01", "next_offset", "2"});
+  test::redis_cmd(*c, {"HSET", redis::checkpoint_prefix(ns, topic + "x") + "0", "next_offset", "9"});
+  auto s = redis::redis_checkpoint_store::open(test::redis_settings(ns, "convs:"));
+  ASSERT_TRUE(s) << describe(s.error());
+  auto st = (*s)->read(topic, id.partition_count);
+  ASSERT_TRUE(st) << describe(st.error());
+  EXPECT_FALSE(st->meta.has_value());
+  EXPECT_EQ(st->checkpoints.size(), 4u);
+  ASSERT_TRUE(st->checkpoints.count("1"));
+  EXPECT_EQ(st->checkpoints.at("1").at("next_offset"), "3");
+  ASSERT_TRUE(st->checkpoints.count("7"));
+  EXPECT_EQ(st->checkpoints.at("7").at("next_offset"), "1");
+  ASSERT_TRUE(st->checkpoints.count("x"));
+  EXPECT_TRUE(st->checkpoints.at("x").empty()); // wrong type: every field missing
+  EXPECT_TRUE(st->checkpoints.count("01"));
+  // The validation refuses every stray.
+  auto v = core::validate_stored(*st, id);
+  EXPECT_FALSE(v.problems.empty());
+  // With a larger count, "7" is a known key, read in the atomic step.
+  auto wide = (*s)->read(topic, 8);
+  ASSERT_TRUE(wide) << describe(wide.error());
+  EXPECT_EQ(wide->checkpoints.size(), 4u);
+  EXPECT_TRUE(wide->checkpoints.count("7"));
+}
+
+TEST(RedisCheckpointStore, ReadScansIncrementallyPastManyUnrelatedKeys) {
+  // More keys than one SCAN step covers: the stray must still be found.
+  auto ns = test::unique_name("ns");
+  auto topic = test::unique_name("t");
+  auto c = test::redis_conn();
+  auto filler = test::unique_name("filler") + ":";
+  std::vector<std::string> mset{"MSET"};
+  for (int i = 0; i < 5000; ++i) {
+    mset.push_back(filler + std::to_string(i));
+    mset.push_back("v");
+  }
+  ASSERT_EQ(test::redis_cmd(*c, mset), "OK");
+  test::redis_cmd(*c, {"HSET", redis::checkpoint_prefix(ns, topic) + "5", "next_offset", "1"});
+  auto s = redis::redis_checkpoint_store::open(test::redis_settings(ns, "convs:"));
+  auto st = (*s)->read(topic, 2);
+  std::vector<std::string> del{"DEL"};
+  for (int i = 0; i < 5000; ++i)
+    del.push_back(filler + std::to_string(i));
+  test::redis_cmd(*c, del);
+  ASSERT_TRUE(st) << describe(st.error());
+  EXPECT_EQ(st->checkpoints.size(), 1u);
+  EXPECT_TRUE(st->checkpoints.count("5"));
+}
+
+TEST(RedisCheckpointStore, ReadOfMetaOfTheWrongTypeHasEveryFieldMissing) {
+  auto ns = test::unique_name("ns");
+  auto topic = test::unique_name("t");
+  auto c = test::redis_conn();
+  test::redis_cmd(*c, {"SET", redis::meta_key(ns), "not a hash"});
+  auto s = redis::redis_checkpoint_store::open(test::redis_settings(ns, "convs:"));
+  auto st = (*s)->read(topic, 2);
+  ASSERT_TRUE(st) << describe(st.error());
+  ASSERT_TRUE(st->meta.has_value());
+  EXPECT_TRUE(st->meta->empty());
+  EXPECT_TRUE(st->checkpoints.empty());
+}
+
+TEST(RedisCheckpointStore, CreateMetaRefusesWhenAKnownCheckpointExists) {
+  auto ns = test::unique_name("ns");
+  auto topic = test::unique_name("t");
+  auto id = ident(topic); // 2 partitions
+  auto c = test::redis_conn();
+  test::redis_cmd(*c, {"HSET", redis::checkpoint_key(ns, topic, 1), "next_offset", "1"});
+  auto s = redis::redis_checkpoint_store::open(test::redis_settings(ns, "convs:"));
+  auto created = (*s)->create_meta(id);
+  ASSERT_FALSE(created);
+  EXPECT_TRUE(is_refusal(created.error())) << describe(created.error());
+  EXPECT_EQ(test::redis_cmd(*c, {"EXISTS", redis::meta_key(ns)}), "0");
+}
+
+TEST(RedisCheckpointStore, CreateMetaLooksOnlyAtTheKnownPartitions) {
+  // Strays (partition >= count, odd suffixes) are the read's business: the
+  // validation refuses them before meta is ever created.
   auto ns = test::unique_name("ns");
   auto topic = test::unique_name("t");
   auto c = test::redis_conn();
@@ -183,15 +275,33 @@ TEST(RedisCheckpointStore, ReadFindsStrayKeysAndCreateMetaRefusesOrphans) {
   test::redis_cmd(*c, {"HSET", key + "7", "next_offset", "1"});
   test::redis_cmd(*c, {"SET", key + "x", "not a hash"});
   auto s = redis::redis_checkpoint_store::open(test::redis_settings(ns, "convs:"));
-  auto st = (*s)->read(topic);
-  ASSERT_TRUE(st);
-  EXPECT_FALSE(st->meta.has_value());
-  EXPECT_EQ(st->checkpoints.size(), 2u);
-  EXPECT_TRUE(st->checkpoints.count("7"));
-  EXPECT_TRUE(st->checkpoints.count("x"));
   auto created = (*s)->create_meta(ident(topic));
-  ASSERT_FALSE(created);
-  EXPECT_TRUE(is_refusal(created.error()));
+  ASSERT_TRUE(created) << describe(created.error());
+  EXPECT_TRUE(*created);
+  auto again = (*s)->create_meta(ident(topic));
+  ASSERT_TRUE(again) << describe(again.error());
+  EXPECT_FALSE(*again);
+}
+
+TEST(RedisCheckpointStore, MaxmemoryPolicyIsTheServers) {
+  // A private server: changing the policy of the shared one could disturb
+  // tests running in parallel.
+  test::private_redis r{"policy", {}};
+  ASSERT_TRUE(r.wait_ready());
+  auto cfg = test::redis_settings("ns", "convs:");
+  cfg.port = r.port;
+  auto s = redis::redis_checkpoint_store::open(cfg);
+  ASSERT_TRUE(s) << describe(s.error());
+  auto before = (*s)->maxmemory_policy();
+  ASSERT_TRUE(before) << describe(before.error());
+  EXPECT_EQ(*before, "noeviction");
+  auto c = redis::connection::open(cfg);
+  ASSERT_TRUE(c);
+  ASSERT_EQ(test::redis_cmd(**c, {"CONFIG", "SET", "maxmemory-policy", "allkeys-lru"}), "OK");
+  auto after = (*s)->maxmemory_policy();
+  ASSERT_TRUE(after) << describe(after.error());
+  EXPECT_EQ(*after, "allkeys-lru");
+  test::redis_cmd(**c, {"CONFIG", "SET", "maxmemory-policy", *before});
 }
 
 TEST(RedisCheckpointStore, WrongPasswordIsAClearErrorWithoutThePassword) {
@@ -200,7 +310,152 @@ TEST(RedisCheckpointStore, WrongPasswordIsAClearErrorWithoutThePassword) {
   cfg.password = "s3cret-Pa55";
   auto s = redis::redis_checkpoint_store::open(cfg);
   ASSERT_FALSE(s);
+  // Refused credentials are a final configuration error, not an outage.
+  EXPECT_EQ(s.error().code(), static_cast<uint8_t>(ec::invalid_config));
   auto text = describe(s.error());
   EXPECT_NE(text.find("AUTH failed for user 'nobody'"), std::string::npos) << text;
   EXPECT_EQ(text.find("s3cret-Pa55"), std::string::npos) << text;
+  // AUTH of the default user on a server that has no password set.
+  cfg.username.clear();
+  auto d = redis::redis_checkpoint_store::open(cfg);
+  ASSERT_FALSE(d);
+  EXPECT_EQ(d.error().code(), static_cast<uint8_t>(ec::invalid_config)) << describe(d.error());
+  EXPECT_NE(describe(d.error()).find("AUTH failed for user 'default'"), std::string::npos);
+  EXPECT_EQ(describe(d.error()).find("s3cret-Pa55"), std::string::npos);
+}
+
+TEST(RedisConnection, ABlockedReadTimesOutAfterTheCommandTimeout) {
+  auto cfg = test::redis_settings("ns", "convs:");
+  cfg.command_timeout_ms = 500;
+  auto c = redis::connection::open(cfg);
+  ASSERT_TRUE(c) << describe(c.error());
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = (*c)->command({"BLPOP", test::unique_name("never"), "0"});
+  auto took = std::chrono::steady_clock::now() - t0;
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), static_cast<uint8_t>(ec::redis_unavailable));
+  EXPECT_NE(describe(r.error()).find("timed out after 500 ms"), std::string::npos)
+    << describe(r.error());
+  EXPECT_GE(took, std::chrono::milliseconds(400));
+  EXPECT_LT(took, std::chrono::seconds(5));
+}
+
+TEST(RedisConnection, InterruptEndsABlockedCallAndEveryLaterOne) {
+  auto cfg = test::redis_settings("ns", "convs:");
+  cfg.command_timeout_ms = 10000;
+  auto c = redis::connection::open(cfg);
+  ASSERT_TRUE(c) << describe(c.error());
+  auto* conn = c->get();
+  auto t0 = std::chrono::steady_clock::now();
+  auto blocked = std::async(std::launch::async, [conn] {
+    return conn->command({"BLPOP", test::unique_name("never"), "0"});
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  conn->interrupt();
+  ASSERT_EQ(blocked.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  auto took = std::chrono::steady_clock::now() - t0;
+  auto r = blocked.get();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), static_cast<uint8_t>(ec::redis_unavailable));
+  EXPECT_NE(describe(r.error()).find("interrupted"), std::string::npos) << describe(r.error());
+  EXPECT_LT(took, std::chrono::seconds(2));
+  auto later = conn->command({"PING"});
+  ASSERT_FALSE(later);
+  EXPECT_NE(describe(later.error()).find("interrupted"), std::string::npos);
+  conn->interrupt(); // idempotent
+}
+
+TEST(RedisCheckpointStore, InterruptEndsACallBlockedOnAPausedServer) {
+  // CLIENT PAUSE on a private server: every command of the store blocks.
+  test::private_redis srv{"paused", {}};
+  ASSERT_TRUE(srv.wait_ready());
+  auto cfg = test::redis_settings(test::unique_name("ns"), "convs:");
+  cfg.port = srv.port;
+  cfg.command_timeout_ms = 10000;
+  auto store = redis::redis_checkpoint_store::open(cfg);
+  ASSERT_TRUE(store) << describe(store.error());
+  auto sessions = redis::redis_session_store::open(cfg);
+  ASSERT_TRUE(sessions) << describe(sessions.error());
+  auto admin = redis::connection::open(cfg);
+  ASSERT_TRUE(admin);
+  ASSERT_EQ(test::redis_cmd(**admin, {"CLIENT", "PAUSE", "8000", "ALL"}), "OK");
+  auto* s = store->get();
+  auto* ss = sessions->get();
+  auto t0 = std::chrono::steady_clock::now();
+  auto read = std::async(std::launch::async, [s] { return s->read("t", 2); });
+  auto list = std::async(std::launch::async, [ss] { return ss->sessions("u", 10); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(read.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout);
+  s->interrupt();
+  ss->interrupt();
+  ASSERT_EQ(read.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  ASSERT_EQ(list.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  auto took = std::chrono::steady_clock::now() - t0;
+  auto r = read.get();
+  auto l = list.get();
+  // No UNPAUSE: under PAUSE ALL it would itself wait out the pause; the
+  // private server is stopped by PID at the end.
+  ASSERT_FALSE(r);
+  ASSERT_FALSE(l);
+  EXPECT_LT(took, std::chrono::seconds(2));
+  EXPECT_EQ(r.error().code(), static_cast<uint8_t>(ec::redis_unavailable));
+  EXPECT_EQ(l.error().code(), static_cast<uint8_t>(ec::redis_unavailable));
+  EXPECT_NE(describe(r.error()).find("interrupted"), std::string::npos) << describe(r.error());
+  // Every later call fails fast.
+  auto t1 = std::chrono::steady_clock::now();
+  auto v = s->server_version();
+  ASSERT_FALSE(v);
+  EXPECT_NE(describe(v.error()).find("interrupted"), std::string::npos);
+  auto sent = ss->send(zadds{{"u", {{"c", 1}}}});
+  ASSERT_FALSE(sent);
+  EXPECT_EQ(sent.error().code(), static_cast<uint8_t>(ec::redis_unavailable));
+  EXPECT_LT(std::chrono::steady_clock::now() - t1, std::chrono::milliseconds(500));
+}
+
+TEST(RedisSessionStore, InterruptEndsABlockingConfirm) {
+  test::private_redis srv{"paused-confirm", {}};
+  ASSERT_TRUE(srv.wait_ready());
+  auto cfg = test::redis_settings("ns", test::unique_name("convs") + ":");
+  cfg.port = srv.port;
+  auto sessions = redis::redis_session_store::open(cfg);
+  ASSERT_TRUE(sessions) << describe(sessions.error());
+  auto admin = redis::connection::open(cfg);
+  ASSERT_TRUE(admin);
+  ASSERT_EQ(test::redis_cmd(**admin, {"CLIENT", "PAUSE", "8000", "ALL"}), "OK");
+  auto* ss = sessions->get();
+  ASSERT_TRUE(ss->send(zadds{{"u", {{"c", 1}}}}));
+  auto t0 = std::chrono::steady_clock::now();
+  auto done = std::async(std::launch::async,
+                         [ss] { return ss->confirm(1, std::chrono::milliseconds{-1}); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ss->interrupt();
+  ASSERT_EQ(done.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  auto took = std::chrono::steady_clock::now() - t0;
+  auto r = done.get();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), static_cast<uint8_t>(ec::redis_unavailable));
+  EXPECT_LT(took, std::chrono::seconds(2));
+}
+
+TEST(RedisConnection, NopermIsAConfigurationErrorNamingTheCommand) {
+  // A user the ACL denies BLPOP, and keys outside its pattern.
+  auto user = test::unique_name("limited");
+  auto c = test::redis_conn();
+  ASSERT_EQ(test::redis_cmd(*c, {"ACL", "SETUSER", user, "on", ">pw-limited", "~allowed:*",
+                                 "+get", "+auth", "+hello", "+ping"}),
+            "OK");
+  auto cfg = test::redis_settings("ns", "convs:");
+  cfg.username = user;
+  cfg.password = "pw-limited";
+  auto conn = redis::connection::open(cfg);
+  ASSERT_TRUE(conn) << describe(conn.error());
+  auto denied = (*conn)->command({"BLPOP", "allowed:x", "1"});
+  auto key = (*conn)->command({"GET", "other:x"});
+  test::redis_cmd(*c, {"ACL", "DELUSER", user});
+  ASSERT_FALSE(denied);
+  EXPECT_EQ(denied.error().code(), static_cast<uint8_t>(ec::invalid_config));
+  EXPECT_NE(describe(denied.error()).find("BLPOP"), std::string::npos) << describe(denied.error());
+  ASSERT_FALSE(key);
+  EXPECT_EQ(key.error().code(), static_cast<uint8_t>(ec::invalid_config));
+  EXPECT_NE(describe(key.error()).find("GET"), std::string::npos) << describe(key.error());
 }

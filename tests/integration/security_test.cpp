@@ -10,6 +10,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <future>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -20,6 +21,7 @@
 #include "kafka/admin.hpp"
 #include "kafka/producer.hpp"
 #include "messages/types.hpp"
+#include "redis/stores.hpp"
 #include "tests/support/integration.hpp"
 
 using namespace qsp;
@@ -118,13 +120,58 @@ TEST_F(secured, LeastPrivilegeAclUserProjectsAndSecretsNeverShow) {
   EXPECT_EQ(slurp(logf).find(password), std::string::npos);
   EXPECT_EQ(slurp(logf + ".out").find(password), std::string::npos);
 
-  // A wrong password: a clear error naming the user, exit 4, no crash.
+  // A wrong password: a clear error naming the user, no crash; refused
+  // credentials are a final configuration error (ec::invalid_config: exit
+  // 2, like a bad flag), not an outage (4).
   auto wrong = test::run_cli(args("verify", port, {"--redis.username=qsession-projection",
                                                    "--redis.password=wrong-" + password}));
-  EXPECT_EQ(wrong.rc, 4) << wrong.err;
+  EXPECT_EQ(wrong.rc, 2) << wrong.err;
   EXPECT_NE(wrong.err.find("AUTH failed for user 'qsession-projection'"), std::string::npos)
     << wrong.err;
   EXPECT_EQ(wrong.err.find(password), std::string::npos);
+
+  // The adapters directly, as the least-privilege user: every command they
+  // use is in the ACL (INFO memory for the policy; EVAL, SCAN, TYPE, HGETALL
+  // for the read, a stray key included).
+  auto cfg = test::redis_settings(ns, convs);
+  cfg.port = port;
+  cfg.username = "qsession-projection";
+  cfg.password = password;
+  auto admin_cli = "redis-cli -p " + std::to_string(port) + " --user default --pass admin-pw "
+                   "--no-auth-warning ";
+  ASSERT_EQ(test::sh(admin_cli + "HSET session_projection:checkpoint:" + topic
+                     + ":9 next_offset 1 >/dev/null"),
+            0);
+  {
+    auto store = redis::redis_checkpoint_store::open(cfg);
+    ASSERT_TRUE(store) << describe(store.error());
+    auto policy = (*store)->maxmemory_policy();
+    ASSERT_TRUE(policy) << describe(policy.error());
+    EXPECT_EQ(*policy, "noeviction");
+    auto st = (*store)->read(topic, 1);
+    ASSERT_TRUE(st) << describe(st.error());
+    EXPECT_TRUE(st->meta.has_value());
+    EXPECT_EQ(st->checkpoints.size(), 2u);
+    EXPECT_TRUE(st->checkpoints.count("0"));
+    EXPECT_TRUE(st->checkpoints.count("9"));
+    // A command outside the ACL: final, naming the command.
+    auto conn = redis::connection::open(cfg);
+    ASSERT_TRUE(conn) << describe(conn.error());
+    auto denied = (*conn)->command({"FLUSHALL"});
+    ASSERT_FALSE(denied);
+    EXPECT_EQ(denied.error().code(), static_cast<uint8_t>(ec::invalid_config))
+      << describe(denied.error());
+    EXPECT_NE(describe(denied.error()).find("FLUSHALL"), std::string::npos);
+  }
+  test::sh(admin_cli + "DEL session_projection:checkpoint:" + topic + ":9 >/dev/null");
+  cfg.password = "wrong-" + password;
+  auto bad = redis::redis_checkpoint_store::open(cfg);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code(), static_cast<uint8_t>(ec::invalid_config)) << describe(bad.error());
+  EXPECT_NE(describe(bad.error()).find("AUTH failed for user 'qsession-projection'"),
+            std::string::npos)
+    << describe(bad.error());
+  EXPECT_EQ(describe(bad.error()).find(password), std::string::npos);
   test::sh("rm -rf " + dir);
 }
 
@@ -154,5 +201,62 @@ TEST_F(secured, RedisOverTlsWithGeneratedCertificates) {
   // Plain TCP against the TLS port fails cleanly.
   auto plain = test::run_cli(args("verify", redis.port, {"--redis.timeout-ms=2000"}));
   EXPECT_EQ(plain.rc, 4) << plain.err;
+
+  // The connection directly.  The command timeout holds over TLS too
+  // (SO_RCVTIMEO on the socket OpenSSL reads).
+  auto cfg = test::redis_settings(ns, convs);
+  cfg.port = redis.port;
+  cfg.tls = true;
+  cfg.tls_ca_file = dir + "/ca.crt";
+  cfg.tls_server_name = "localhost";
+  cfg.command_timeout_ms = 500;
+  {
+    auto c = redis::connection::open(cfg);
+    ASSERT_TRUE(c) << describe(c.error());
+    auto t0 = std::chrono::steady_clock::now();
+    auto r = (*c)->command({"BLPOP", test::unique_name("never"), "0"});
+    auto took = std::chrono::steady_clock::now() - t0;
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code(), static_cast<uint8_t>(ec::redis_unavailable));
+    EXPECT_NE(describe(r.error()).find("timed out after 500 ms"), std::string::npos)
+      << describe(r.error());
+    EXPECT_LT(took, 5s);
+  }
+  // interrupt() ends a blocked TLS read at once.
+  cfg.command_timeout_ms = 10000;
+  {
+    auto c = redis::connection::open(cfg);
+    ASSERT_TRUE(c) << describe(c.error());
+    auto* conn = c->get();
+    auto t0 = std::chrono::steady_clock::now();
+    auto blocked = std::async(std::launch::async, [conn] {
+      return conn->command({"BLPOP", test::unique_name("never"), "0"});
+    });
+    std::this_thread::sleep_for(200ms);
+    conn->interrupt();
+    ASSERT_EQ(blocked.wait_for(5s), std::future_status::ready);
+    auto r = blocked.get();
+    ASSERT_FALSE(r);
+    EXPECT_NE(describe(r.error()).find("interrupted"), std::string::npos) << describe(r.error());
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
+  }
+  // A CA file that cannot be loaded: a configuration error naming the option.
+  auto missing = cfg;
+  missing.tls_ca_file = dir + "/missing-ca.crt";
+  auto m = redis::connection::open(missing);
+  ASSERT_FALSE(m);
+  EXPECT_EQ(m.error().code(), static_cast<uint8_t>(ec::invalid_config)) << describe(m.error());
+  EXPECT_NE(describe(m.error()).find("redis.tls-ca-file"), std::string::npos) << describe(m.error());
+  // A server certificate another CA signed: verification fails, final.
+  ASSERT_EQ(test::sh("cd " + dir
+                     + " && openssl req -x509 -newkey rsa:2048 -nodes -days 1"
+                       " -subj /CN=qsp-other-ca -keyout other.key -out other.crt >/dev/null 2>&1"),
+            0);
+  auto foreign = cfg;
+  foreign.tls_ca_file = dir + "/other.crt";
+  auto f = redis::connection::open(foreign);
+  ASSERT_FALSE(f);
+  EXPECT_EQ(f.error().code(), static_cast<uint8_t>(ec::invalid_config)) << describe(f.error());
+  EXPECT_NE(describe(f.error()).find("certificate"), std::string::npos) << describe(f.error());
   test::sh("rm -rf " + dir);
 }
