@@ -1,0 +1,115 @@
+// Supervision a host can rely on, against real services: the projection is
+// embedded in a host's actor_system; whatever ends it (an exit message, a
+// linked host actor's death) ends every child and interrupts their blocking
+// Redis calls, so the host's actor_system shuts down although Redis is frozen
+// and the command timeout is far away.
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+#include "caf/all.hpp"
+
+#include "actors/projection.hpp"
+#include "adapters/real_ports.hpp"
+#include "kafka/producer.hpp"
+#include "messages/registration.hpp"
+#include "tests/support/integration.hpp"
+
+using namespace qsp;
+using namespace std::chrono_literals;
+using test::eventually;
+
+namespace {
+
+struct host_config : caf::actor_system_config {
+  host_config() { register_types(*this); }
+};
+
+enum class ending { exit_message, linked_host_dies };
+
+void end_with_redis_frozen(ending how) {
+  test::private_redis redis{"supervision", {}};
+  ASSERT_TRUE(redis.wait_ready());
+  auto topic = test::unique_name("supervision");
+  auto ns = test::unique_name("ns");
+  auto convs = test::unique_name("convs") + ":";
+  test::create_topic(topic, 1);
+  auto prod = kafka::producer::make(test::kafka_client());
+  ASSERT_TRUE(prod);
+  for (uint64_t i = 0; i < 50; ++i)
+    ASSERT_TRUE(prod->send(topic, 0, core::encode_json(test::make_dispatch(i, 20))));
+  ASSERT_TRUE(prod->flush());
+
+  projection_settings ps;
+  ps.topic = topic;
+  ps.partition_count = 1;
+  ps.ns = ns;
+  ps.convs_prefix = convs;
+  ps.write_timeout = 120s;  // far beyond the test: only the interrupt can end the calls
+  real_ports_settings rs;
+  rs.kafka.client = test::kafka_client();
+  rs.kafka.topic = topic;
+  rs.redis = test::redis_settings(ns, convs);
+  rs.redis.port = redis.port;
+  rs.redis.command_timeout_ms = 120000;
+
+  host_config cfg;
+  auto sys = std::make_unique<caf::actor_system>(cfg);
+  auto proj = spawn_projection(*sys, ps, make_real_ports(rs),
+                               std::make_shared<core::json_decoder>());
+  ASSERT_TRUE(proj) << describe(proj.error());
+  auto ask_ready = [&] {
+    caf::scoped_actor self{*sys};
+    bool ready = false;
+    self->request(*proj, 5s, atom::status_v)
+      .receive([&](const projection_status& st) { ready = st.ready; }, [](caf::error&) {});
+    return ready;
+  };
+  ASSERT_TRUE(eventually(ask_ready, 60s)) << "the embedded projection never became ready";
+
+  caf::actor host;
+  if (how == ending::linked_host_dies) {
+    auto target = caf::actor_cast<caf::actor>(*proj);
+    host = sys->spawn([target](caf::event_based_actor* self) -> caf::behavior {
+      self->link_to(target);
+      return {[](int) {}};
+    });
+  }
+  {
+    test::pause_guard frozen{redis.pid};
+    // More records, and a PULL: the writer and the reader now wait on Redis.
+    for (uint64_t i = 50; i < 80; ++i)
+      ASSERT_TRUE(prod->send(topic, 0, core::encode_json(test::make_dispatch(i, 20))));
+    ASSERT_TRUE(prod->flush());
+    caf::anon_send(*proj, atom::pull_v, std::string{"u1"}, uint32_t{10});
+    auto before = std::chrono::steady_clock::now();
+    if (how == ending::exit_message)
+      caf::anon_send_exit(*proj, caf::exit_reason::user_shutdown);
+    else
+      caf::anon_send_exit(host, caf::exit_reason::kill);
+    // Every actor ends although Redis stays frozen: the blocking calls were
+    // interrupted, not timed out (the timeouts are 120 s).
+    EXPECT_TRUE(eventually([&] { return sys->registry().running() == 0; }, 30s))
+      << sys->registry().running() << " actors still running with Redis frozen";
+    proj = caf::error{};
+    host = nullptr;
+    sys.reset(); // the host's teardown returns, with Redis still frozen
+    auto took = std::chrono::steady_clock::now() - before;
+    std::printf("projection and actor system ended in %lld ms with Redis frozen\n",
+                static_cast<long long>(
+                  std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
+    EXPECT_TRUE(frozen.paused());
+  }
+  auto admin = kafka::admin::make(test::kafka_client());
+  (*admin)->delete_topic(topic);
+}
+
+} // namespace
+
+TEST(Supervision, AnExitMessageEndsEveryChildAndBlockingCall) {
+  end_with_redis_frozen(ending::exit_message);
+}
+
+TEST(Supervision, ALinkedHostActorThatDiesEndsEveryChildAndBlockingCall) {
+  end_with_redis_frozen(ending::linked_host_dies);
+}
