@@ -58,15 +58,16 @@ caf::expected<verified_start> verifier_state::run(const projection_settings& cfg
   if (!log)
     return log.error();
   gen.log = std::move(*log);
-  auto broker = gen.ports->make_inspector();
-  if (!broker)
-    return broker.error();
+  auto made_broker = gen.ports->make_inspector();
+  if (!made_broker)
+    return made_broker.error();
+  std::shared_ptr<broker_inspector> broker = std::move(*made_broker);
   auto made = gen.ports->make_checkpoint_store();
   if (!made)
     return made.error();
   std::shared_ptr<checkpoint_store> store = std::move(*made);
   gen.track(store);
-  auto r = inspect_startup(cfg, **broker, *store);
+  auto r = inspect_startup(cfg, *broker, *store);
   if (!r)
     return r.error();
   if (!r->ok())
@@ -83,7 +84,7 @@ caf::expected<verified_start> verifier_state::run(const projection_settings& cfg
   if (auto started = gen.log->start(vs.starts); !started)
     return started.error();
   // Identity must be unchanged between the inspection and the consumer's readiness.
-  auto again = (*broker)->identity(cfg.topic);
+  auto again = broker->identity(cfg.topic);
   if (!again)
     return again.error();
   if (auto err = identity_mismatch(vs.id, *again, "during startup"))
@@ -97,6 +98,7 @@ caf::expected<verified_start> verifier_state::run(const projection_settings& cfg
     vs.meta_created = *created;
   }
   gen.checkpoints = std::move(store);
+  gen.broker = std::move(broker); // the identity fence's, from now on
   return vs;
 }
 
@@ -116,14 +118,8 @@ metadata_verifier(verifier_actor::stateful_pointer<verifier_state> self, project
 // -- identity fence -----------------------------------------------------------
 
 caf::expected<uint64_t> fence_state::check(const projection_settings& cfg, generation& gen) {
-  if (!broker) {
-    auto made = gen.ports->make_inspector();
-    if (!made)
-      return made.error();
-    broker = std::move(*made);
-  }
   auto seq = ++checks;
-  auto seen = broker->identity(cfg.topic);
+  auto seen = gen.broker->identity(cfg.topic);
   if (!seen)
     return seen.error();
   if (auto err = identity_mismatch(pinned, *seen, "while running"))
@@ -367,9 +363,10 @@ caf::expected<bool> writer_state::confirm_oldest(std::chrono::milliseconds wait)
 }
 
 caf::expected<std::vector<checkpoint_advanced>>
-writer_state::checkpoint_fenced(uint64_t answered) {
+writer_state::checkpoint_fenced(uint64_t answered, caf::actor_clock::time_point now) {
   // Batches of a partition are in offset order: its last one is its highest.
   std::map<int32_t, checkpoint_advanced> next;
+  size_t covered = 0;
   for (auto& f : fenced) {
     if (f.fence_tag >= answered)
       break;
@@ -378,6 +375,7 @@ writer_state::checkpoint_fenced(uint64_t answered) {
     cp.next_offset = f.end_offset;
     cp.records += f.records;
     cp.recipient_writes += f.recipient_writes;
+    ++covered;
   }
   std::vector<checkpoint_advanced> out;
   for (auto& [p, cp] : next) {
@@ -387,7 +385,14 @@ writer_state::checkpoint_fenced(uint64_t answered) {
     if (auto ok = gen->checkpoints->write_checkpoint(id, p, cur, cp.next_offset); !ok)
       return ok.error();
     cur = cp.next_offset;
+    stats->records += cp.records;
+    stats->recipient_writes += cp.recipient_writes;
     out.push_back(cp);
+  }
+  for (; covered > 0; --covered) {
+    stats->batches += 1;
+    stats->observe_batch_latency(elapsed_ns(fenced.front().t0, now));
+    fenced.pop_front();
   }
   return out;
 }
@@ -423,38 +428,28 @@ void answer_flushes(writer_pointer self) {
   }
 }
 
-// Asks the identity fence for a check that starts after every batch now in
-// `fenced` was fetched, then writes their checkpoints.  One request at a time.
+// Asks the identity fence for a check that starts after the newest batch in
+// `fenced` was fetched, unless a request was already sent after it arrived.
+// Requests may overlap: the fence answers them in order, and every request
+// waiting when a check starts is answered by that check, so a checkpoint
+// waits for at most the next check, not for the one after it.
 void request_fence(writer_pointer self, fence_actor fence, aggregator_actor aggregator) {
   auto& st = self->state;
-  if (st.fenced.empty() || st.fence_outstanding)
+  if (st.fenced.empty() || st.fenced.back().fence_tag < st.fence_requests)
     return;
-  st.fence_outstanding = true;
   auto k = ++st.fence_requests;
   self->request(fence, caf::infinite, atom::check_v)
     .then(
       [=](uint64_t) {
         auto& st = self->state;
-        st.fence_outstanding = false;
-        auto cps = st.checkpoint_fenced(k);
+        auto cps = st.checkpoint_fenced(k, self->clock().now());
         if (!cps) {
           writer_fail(self, cps.error());
           return;
         }
-        auto now = self->clock().now();
-        auto& m = *st.stats;
-        while (!st.fenced.empty() && st.fenced.front().fence_tag < k) {
-          m.batches += 1;
-          m.observe_batch_latency(elapsed_ns(st.fenced.front().t0, now));
-          st.fenced.pop_front();
-        }
-        for (auto& cp : *cps) {
-          m.records += cp.records;
-          m.recipient_writes += cp.recipient_writes;
+        for (auto& cp : *cps)
           self->send(aggregator, atom::progress_v, cp);
-        }
         answer_flushes(self);
-        request_fence(self, fence, aggregator);
       },
       [=](caf::error& err) { writer_fail(self, err); });
 }

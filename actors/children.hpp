@@ -35,6 +35,8 @@ struct generation {
   std::shared_ptr<port_factory> ports;
   std::shared_ptr<checkpoint_store> checkpoints;
   std::shared_ptr<dispatch_log> log;
+  /// The verifier's broker inspector, then the identity fence's.
+  std::shared_ptr<broker_inspector> broker;
 
   /// Interrupts every tracked store now and every store tracked later.
   void abort();
@@ -88,7 +90,6 @@ readiness_aggregator(aggregator_actor::stateful_pointer<aggregator_state> self,
 
 struct fence_state {
   static inline const char* name = "identity-fence";
-  std::unique_ptr<broker_inspector> broker;
   core::identity pinned;
   uint64_t checks = 0;  ///< sequence number of the last check started
   caf::actor_clock::time_point last_start;
@@ -131,9 +132,8 @@ struct writer_state {
   bool confirming = false;
   /// How long the confirm loop blocks for replies when no write is waiting.
   std::chrono::milliseconds confirm_wait{2};
-  /// Identity-fence requests sent so far, and whether one is unanswered.
+  /// Identity-fence requests sent so far.
   uint64_t fence_requests = 0;
-  bool fence_outstanding = false;
   std::shared_ptr<metrics> stats;
   // Scratch, reused across batches.
   struct member_ref {
@@ -177,8 +177,10 @@ struct writer_state {
   /// for it or any later batch.
   caf::expected<bool> confirm_oldest(std::chrono::milliseconds wait);
   /// Writes the checkpoints of every batch in `fenced` whose tag is below
-  /// `answered` (one guarded write per partition, to its highest end).
-  caf::expected<std::vector<checkpoint_advanced>> checkpoint_fenced(uint64_t answered);
+  /// `answered` (one guarded write per partition, to its highest end),
+  /// counts them in the metrics and drops them from `fenced`.
+  caf::expected<std::vector<checkpoint_advanced>>
+  checkpoint_fenced(uint64_t answered, caf::actor_clock::time_point now);
 };
 
 writer_actor::behavior_type
