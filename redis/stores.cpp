@@ -129,29 +129,31 @@ redis_checkpoint_store::open(const settings& cfg) {
   return std::unique_ptr<redis_checkpoint_store>{new redis_checkpoint_store(std::move(*conn))};
 }
 
-caf::expected<std::string> redis_checkpoint_store::server_version() {
-  auto r = conn_->command({"INFO", "server"});
+namespace {
+
+/// One `field:value` line of an INFO section.
+caf::expected<std::string> info_field(connection& c, const std::string& section,
+                                      const std::string& field) {
+  auto r = c.command({"INFO", section});
   if (!r)
     return r.error();
   auto text = str(r->get());
-  auto pos = text.find("redis_version:");
+  auto pos = text.find(field + ":");
   if (pos == std::string::npos)
-    return unexpected_reply(*conn_, "INFO server");
-  pos += 14;
+    return unexpected_reply(c, "INFO " + section);
+  pos += field.size() + 1;
   return text.substr(pos, text.find_first_of("\r\n", pos) - pos);
+}
+
+} // namespace
+
+caf::expected<std::string> redis_checkpoint_store::server_version() {
+  return info_field(*conn_, "server", "redis_version");
 }
 
 caf::expected<std::string> redis_checkpoint_store::maxmemory_policy() {
   // INFO, not CONFIG GET: a least-privilege ACL user has +info but no +config.
-  auto r = conn_->command({"INFO", "memory"});
-  if (!r)
-    return r.error();
-  auto text = str(r->get());
-  auto pos = text.find("maxmemory_policy:");
-  if (pos == std::string::npos)
-    return unexpected_reply(*conn_, "INFO memory");
-  pos += 17;
-  return text.substr(pos, text.find_first_of("\r\n", pos) - pos);
+  return info_field(*conn_, "memory", "maxmemory_policy");
 }
 
 namespace {

@@ -20,16 +20,6 @@ struct fixture : projection_fixture {
     settings.max_batch_records = batch;
   }
 
-  uint32_t failures_of(const std::string& code) {
-    if (seen->empty())
-      return 0;
-    auto& f = seen->back().failures;
-    auto i = f.find(code);
-    return i == f.end() ? 0 : static_cast<uint32_t>(i->second);
-  }
-
-  std::string last_error() const { return seen->empty() ? std::string{} : seen->back().last_error; }
-
   /// Checkpoints as starts: absent -> 0.
   std::map<int32_t, int64_t> starts_now() {
     std::map<int32_t, int64_t> out;

@@ -162,6 +162,18 @@ struct projection_fixture : test_coordinator_fixture<test_config> {
 
   std::string state() const { return seen->empty() ? std::string{} : seen->back().state; }
 
+  std::string last_error() const {
+    return seen->empty() ? std::string{} : seen->back().last_error;
+  }
+
+  /// Failures of kind `code` so far, as the latest status counts them.
+  uint64_t failures_of(const std::string& code) const {
+    if (seen->empty())
+      return 0;
+    auto i = seen->back().failures.find(code);
+    return i == seen->back().failures.end() ? 0 : i->second;
+  }
+
   size_t count_state(const std::string& st) const {
     size_t n = 0;
     for (auto& s : *seen)

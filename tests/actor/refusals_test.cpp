@@ -10,15 +10,6 @@ using namespace qsp::test;
 namespace {
 
 struct fixture : projection_fixture {
-  std::string last_error() const { return seen->empty() ? std::string{} : seen->back().last_error; }
-
-  uint64_t failures_of(const std::string& code) {
-    if (seen->empty())
-      return 0;
-    auto i = seen->back().failures.find(code);
-    return i == seen->back().failures.end() ? 0 : i->second;
-  }
-
   /// Refused, and a lot of time changes nothing: no new verification, no
   /// new adapters, no write, the gate stays closed.
   void stays_refused() {

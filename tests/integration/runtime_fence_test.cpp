@@ -32,6 +32,13 @@ using namespace std::chrono_literals;
 
 namespace {
 
+/// Deletes the test's topic however the test ends.
+struct topic_cleanup {
+  kafka::admin& a;
+  std::string t;
+  ~topic_cleanup() { a.delete_topic(t); }
+};
+
 /// Runs `step` again and again on its own thread until stop() (or
 /// destruction): the samplers that watch the node while the main thread
 /// drives the scenario.
@@ -126,11 +133,7 @@ void topic_recreated_under_a_running_node(const std::vector<std::string>& extra,
   auto admin_or = kafka::admin::make(test::kafka_client());
   ASSERT_TRUE(admin_or);
   auto admin = std::move(*admin_or);
-  struct topic_cleanup {
-    kafka::admin& a;
-    std::string t;
-    ~topic_cleanup() { a.delete_topic(t); }
-  } cleanup{*admin, topic};
+  topic_cleanup cleanup{*admin, topic};
   test::create_topic(topic, partitions);
   {
     auto prod = kafka::producer::make(test::kafka_client());
@@ -285,11 +288,7 @@ TEST(RuntimeFence, RedisFrozenPastTheDeadlineMakesTheNodeDirtyThenItRecovers) {
   auto admin_or = kafka::admin::make(test::kafka_client());
   ASSERT_TRUE(admin_or);
   auto admin = std::move(*admin_or);
-  struct topic_cleanup {
-    kafka::admin& a;
-    std::string t;
-    ~topic_cleanup() { a.delete_topic(t); }
-  } cleanup{*admin, topic};
+  topic_cleanup cleanup{*admin, topic};
   test::create_topic(topic, partitions);
 
   // Every record, per partition in offset order (one idempotent producer at

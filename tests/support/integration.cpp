@@ -1,5 +1,9 @@
 #include "tests/support/integration.hpp"
 
+#include <gtest/gtest.h>
+
+#include "messages/types.hpp"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -509,6 +513,22 @@ bool private_redis::wait_ready(const std::string& cli_args) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return false;
+}
+
+void expect_blocked_read_times_out(const redis::settings& cfg) {
+  auto c = redis::connection::open(cfg);
+  ASSERT_TRUE(c) << describe(c.error());
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = (*c)->command({"BLPOP", unique_name("never"), "0"});
+  auto took = std::chrono::steady_clock::now() - t0;
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), static_cast<uint8_t>(ec::redis_unavailable));
+  EXPECT_NE(describe(r.error()).find("timed out after " + std::to_string(cfg.command_timeout_ms)
+                                     + " ms"),
+            std::string::npos)
+    << describe(r.error());
+  EXPECT_GE(took, std::chrono::milliseconds(cfg.command_timeout_ms * 4 / 5));
+  EXPECT_LT(took, std::chrono::seconds(5));
 }
 
 } // namespace qsp::test

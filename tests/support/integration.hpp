@@ -41,6 +41,11 @@ std::string redis_cmd(redis::connection& c, const std::vector<std::string>& argv
 /// A sorted set as member -> score.
 std::map<std::string, int64_t> zset(redis::connection& c, const std::string& key);
 
+/// Opens a connection with `cfg` (its command_timeout_ms set), blocks it in
+/// a BLPOP that never returns and checks that the read times out, naming the
+/// timeout, well before 5 s.
+void expect_blocked_read_times_out(const redis::settings& cfg);
+
 struct cli_result {
   int rc = -1;
   std::string out;
