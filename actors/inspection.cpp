@@ -39,12 +39,12 @@ std::vector<core::problem> check_prerequisites(const projection_settings& cfg,
     out.push_back(core::problem{
       std::nullopt, "redis maxmemory-policy", "noeviction", maxmemory_policy,
       "Redis may evict projected sets, meta or checkpoints; set maxmemory-policy noeviction "
-      "(or redis.allow-eviction=true if maxmemory can never be reached)"});
+      "(or redis.allow-eviction=true if maxmemory can never be reached)", true});
   // "" means the broker did not report it: nothing to judge.
   if (!cleanup_policy.empty() && cleanup_policy != "delete")
     out.push_back(core::problem{
       std::nullopt, "topic cleanup.policy", "delete", cleanup_policy,
-      "compaction removes records and leaves gaps that cannot be told from markers"});
+      "compaction removes records and leaves gaps that cannot be told from markers", true});
   return out;
 }
 

@@ -54,7 +54,11 @@ int exit_for(const caf::error& err) {
   return is_refusal(err) ? exit_refused : exit_unreachable;
 }
 
-void print_problems(const std::string& text) {
+void print_problems(std::string text) {
+  // The supervisor's last_error starts with the error code; a refusal's
+  // lines already say "refused: " below.
+  if (text.rfind("refused: ", 0) == 0)
+    text.erase(0, 9);
   std::string line;
   for (char c : text) {
     if (c == '\n') {

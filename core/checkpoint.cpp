@@ -196,19 +196,21 @@ bool operator!=(const identity& a, const identity& b) { return !(a == b); }
 
 bool operator==(const problem& a, const problem& b) {
   return a.partition == b.partition && a.field == b.field && a.stored == b.stored &&
-         a.observed == b.observed && a.reason == b.reason;
+         a.observed == b.observed && a.reason == b.reason && a.prerequisite == b.prerequisite;
 }
 
 std::string problem::to_string() const {
   std::string out;
-  if (partition) {
+  if (prerequisite) {
+    out = "prerequisite";
+  } else if (partition) {
     out = "partition " + to_decimal(*partition);
   } else if (field == fields::key) {
     out = "checkpoint key";
   } else {
     out = "meta";
   }
-  out += ": field " + field + ": stored ";
+  out += ": field " + field + (prerequisite ? ": required " : ": stored ");
   append_quoted(out, stored);
   out += ", observed ";
   append_quoted(out, observed);

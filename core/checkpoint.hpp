@@ -70,9 +70,13 @@ struct problem {
   std::string stored;
   std::string observed;
   std::string reason;
+  /// A prerequisite (Redis or topic configuration), not stored state:
+  /// `stored` holds the required value.
+  bool prerequisite = false;
 
   // One line: `partition 3: field next_offset: stored "17", observed "12": ...`
-  // (`meta: ...` / `checkpoint key: ...` when partition is nullopt).
+  // (`meta: ...` / `checkpoint key: ...` when partition is nullopt;
+  // `prerequisite: field F: required "R", observed "O": ...` for one).
   std::string to_string() const;
 };
 bool operator==(const problem& a, const problem& b);
