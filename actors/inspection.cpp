@@ -35,7 +35,7 @@ std::vector<core::problem> check_prerequisites(const projection_settings& cfg,
                                                const std::string& maxmemory_policy,
                                                const std::string& cleanup_policy) {
   std::vector<core::problem> out;
-  if (maxmemory_policy != "noeviction" && !cfg.allow_eviction)
+  if (maxmemory_policy != "noeviction" && !cfg.redis.allow_eviction)
     out.push_back(core::problem{
       std::nullopt, "redis maxmemory-policy", "noeviction", maxmemory_policy,
       "Redis may evict projected sets, meta or checkpoints; set maxmemory-policy noeviction "

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/settings.hpp"
+#include "qsession/projection/settings.hpp"
 #include "core/checkpoint.hpp"
 #include "core/start_plan.hpp"
 #include "ports/ports.hpp"
@@ -42,7 +42,7 @@ caf::error identity_mismatch(const core::identity& pinned, const broker_state& o
                              const std::string& when);
 
 /// The prerequisites of DESIGN.md §4: Redis must not evict (unless
-/// cfg.allow_eviction), the topic must be cleanup.policy=delete.
+/// cfg.redis.allow_eviction), the topic must be cleanup.policy=delete.
 std::vector<core::problem> check_prerequisites(const projection_settings& cfg,
                                                const std::string& maxmemory_policy,
                                                const std::string& cleanup_policy);

@@ -1,23 +1,21 @@
-// The projection's public API: the standalone node and embedding hosts spawn
-// it inside their own actor_system and talk to the returned handle
-// (messages/actors.hpp, projection_actor):
-//
-//   qsp::register_types(cfg);                      // before creating the system
-//   auto proj = qsp::spawn_projection(sys, settings, ports, decoder);
-//   self->request(*proj, timeout, qsp::atom::pull_v, user, limit)  // PULL_SESSION_LIST
-//   self->send(*proj, qsp::atom::subscribe_v, listener)            // readiness changes
+// Spawning the projection over given ports: the public spawn_projection
+// (qsession/projection/projection.hpp) builds the real ports and calls this;
+// the deterministic actor tests call it with in-memory fakes.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "caf/actor_system.hpp"
 #include "caf/expected.hpp"
 
-#include "actors/metrics.hpp"
-#include "actors/settings.hpp"
 #include "core/dispatch.hpp"
 #include "messages/actors.hpp"
+#include "messages/log.hpp"
 #include "ports/ports.hpp"
+#include "qsession/projection/metrics.hpp"
+#include "qsession/projection/projection.hpp"
+#include "qsession/projection/settings.hpp"
 
 namespace qsp {
 
@@ -27,6 +25,14 @@ struct projection_options {
   bool detached_io = true;
   /// Seed of the backoff jitter (0: from the clock).
   uint64_t seed = 0;
+  /// The projection's log (null: untagged, on stderr).
+  log_ptr logs;
+  /// Expires once every I/O resource of the projection is released (the real
+  /// ports and each librdkafka handle hold it until destroyed): `shutdown`
+  /// answers only after that.  Empty: nothing to wait for beyond the actors.
+  std::weak_ptr<void> io;
+  /// Runs once when the supervisor ends, however it ends.
+  std::function<void()> on_end;
 };
 
 /// Validates the settings and spawns the supervisor, which starts at once.

@@ -3,7 +3,9 @@
 //   any failure -> dirty (not ready) -> jittered exponential backoff -> verifying
 //   refusal     -> refused (no retry; an operator must act)
 // It monitors its children; they fail by exiting with an error and only the
-// supervisor decides what that means.
+// supervisor decides what that means.  `shutdown` ends the children, keeps
+// watching them, and answers once every one is down and every I/O resource
+// of the projection (Redis connections, librdkafka handles) is released.
 #include <algorithm>
 #include <random>
 #include <set>
@@ -13,9 +15,14 @@
 #include "caf/stateful_actor.hpp"
 #include "caf/typed_event_based_actor.hpp"
 
-#include "actors/children.hpp"
-#include "actors/log.hpp"
+#include "actors/generation.hpp"
+#include "actors/identity_fence.hpp"
+#include "actors/metadata_verifier.hpp"
+#include "actors/partition_consumer.hpp"
 #include "actors/projection.hpp"
+#include "actors/readiness_aggregator.hpp"
+#include "actors/redis_writer.hpp"
+#include "actors/session_reader.hpp"
 
 namespace qsp {
 
@@ -28,6 +35,7 @@ struct supervisor_state {
   std::shared_ptr<const core::decoder> decoder;
   std::shared_ptr<metrics> stats;
   projection_options opts;
+  log_ptr logs;
   std::mt19937_64 rng;
 
   std::string state = "starting";
@@ -39,8 +47,13 @@ struct supervisor_state {
   std::map<std::string, uint64_t> failures;
   std::map<int32_t, int64_t> true_high;
 
-  std::vector<caf::actor> subscribers;
+  std::vector<status_listener> subscribers;
   std::set<caf::actor_addr> children;
+  /// Shutdown: children told to exit and not yet down; the requests to
+  /// answer once they and the projection's I/O are gone; the deadline.
+  std::set<caf::actor_addr> dying;
+  std::vector<caf::typed_response_promise<caf::ok_atom>> shutdowns;
+  caf::actor_clock::time_point shutdown_deadline;
   verifier_actor verifier;
   aggregator_actor aggregator;
   fence_actor fence;
@@ -57,10 +70,12 @@ struct supervisor_state {
   std::shared_ptr<lifeline> life = std::make_shared<lifeline>();
 };
 
-using supervisor_pointer = projection_actor::stateful_pointer<supervisor_state>;
+using supervisor_pointer = supervisor_actor::stateful_pointer<supervisor_state>;
 
 projection_status snapshot(const supervisor_state& st) {
   projection_status s;
+  s.topic = st.cfg.topic;
+  s.ns = st.cfg.ns;
   s.state = st.state;
   s.ready = st.ready;
   s.last_error = st.last_error;
@@ -76,14 +91,13 @@ projection_status snapshot(const supervisor_state& st) {
 void notify(supervisor_pointer self) {
   auto s = snapshot(self->state);
   for (auto& sub : self->state.subscribers)
-    caf::anon_send(sub, atom::status_v, s);
+    self->send(sub, atom::status_v, s);
 }
 
 void transition(supervisor_pointer self, std::string next, const std::string& why) {
   auto& st = self->state;
   if (st.state != next)
-    QSP_LOG_INFO("projection of {}: {} -> {}{}{}", st.cfg.topic, st.state, next,
-                 why.empty() ? "" : ": ", why);
+    st.logs->info("{} -> {}{}{}", st.state, next, why.empty() ? "" : ": ", why);
   st.state = std::move(next);
   st.ready = st.state == "ready";
   notify(self);
@@ -99,11 +113,17 @@ void adopt(supervisor_pointer self, const Handle& child) {
 }
 
 // Ends the generation: every child, and every blocking call of theirs.
-void stop_children(supervisor_pointer self, caf::error reason = caf::exit_reason::user_shutdown) {
+// With `watch`, the children stay monitored and are remembered in `dying`
+// (an ordered shutdown waits for their down messages).
+void stop_children(supervisor_pointer self, caf::error reason = caf::exit_reason::user_shutdown,
+                   bool watch = false) {
   auto& st = self->state;
   auto kill = [&](auto& h) {
     if (h) {
-      self->demonitor(h.address());
+      if (watch)
+        st.dying.insert(h.address());
+      else
+        self->demonitor(h.address());
       self->send_exit(h, reason);
       h = nullptr;
     }
@@ -136,7 +156,7 @@ void fail(supervisor_pointer self, const caf::error& err) {
     st.stats->failures[err.code()] += 1;
   st.last_error = describe(err);
   if (is_refusal(err)) {
-    QSP_LOG_ERROR("projection of {} refused: {}", st.cfg.topic, st.last_error);
+    st.logs->error("refused: {}", st.last_error);
     transition(self, "refused", "operator action needed");
     return;
   }
@@ -149,8 +169,8 @@ void fail(supervisor_pointer self, const caf::error& err) {
     static_cast<int64_t>(static_cast<double>(delay.count()) * jitter(st.rng)));
   ++st.attempt;
   st.stats->restarts += 1;
-  QSP_LOG_WARN("projection of {} dirty: {}; restarting from the checkpoints in {} ms",
-               st.cfg.topic, st.last_error, wait.count() / 1000);
+  st.logs->warn("dirty: {}; restarting from the checkpoints in {} ms", st.last_error,
+                wait.count() / 1000);
   transition(self, "dirty", st.last_error);
   self->delayed_send(self, caf::timespan{wait}, atom::restart_v, st.generation);
 }
@@ -159,17 +179,17 @@ void on_verified(supervisor_pointer self, verified_start vs, std::shared_ptr<gen
   auto& st = self->state;
   st.true_high = vs.true_high;
   if (vs.meta_created)
-    QSP_LOG_INFO("created {}:meta for topic {} (cluster {}, topic id {})", st.cfg.ns,
-                 st.cfg.topic, vs.id.cluster_id, vs.id.topic_id);
+    st.logs->info("created {}:meta (cluster {}, topic id {})", st.cfg.ns, vs.id.cluster_id,
+                  vs.id.topic_id);
   for (auto& [p, start] : vs.starts)
-    QSP_LOG_INFO("partition {}: start {} H0 {}", p, start, vs.h0[p]);
+    st.logs->info("partition {}: start {} H0 {}", p, start, vs.h0[p]);
   auto io = st.opts.detached_io;
   // Actors that block on Redis or the broker get their own threads.
   auto spawn_io = [&](auto fun, auto&&... xs) {
     return io ? self->spawn<caf::detached>(fun, std::forward<decltype(xs)>(xs)...)
               : self->spawn(fun, std::forward<decltype(xs)>(xs)...);
   };
-  st.aggregator = self->spawn(readiness_aggregator, st.cfg, vs, projection_actor{self});
+  st.aggregator = self->spawn(readiness_aggregator, st.cfg, vs, supervisor_actor{self}, st.logs);
   adopt(self, st.aggregator);
   st.fence = spawn_io(identity_fence, st.cfg, vs.id, gen, st.stats);
   adopt(self, st.fence);
@@ -197,6 +217,7 @@ void start_generation(supervisor_pointer self) {
   transition(self, "verifying", "");
   auto gen = std::make_shared<generation>();
   gen->ports = st.ports;
+  gen->logs = st.logs;
   st.life->gen = gen;
   st.verifier = st.opts.detached_io ? self->spawn<caf::detached>(metadata_verifier, st.cfg, gen)
                                     : self->spawn(metadata_verifier, st.cfg, gen);
@@ -214,7 +235,47 @@ void start_generation(supervisor_pointer self) {
       });
 }
 
-projection_actor::behavior_type
+// Answers every shutdown request once the children are down and the
+// projection's I/O is released, or with an error at the deadline; then quits.
+void shutdown_tick(supervisor_pointer self) {
+  auto& st = self->state;
+  bool io_done = st.opts.io.expired();
+  bool done = st.dying.empty() && io_done;
+  if (!done && self->clock().now() < st.shutdown_deadline) {
+    self->delayed_send(self, std::chrono::milliseconds(5), atom::tick_v);
+    return;
+  }
+  if (done) {
+    for (auto& rp : st.shutdowns)
+      rp.deliver(caf::ok_atom_v);
+  } else {
+    auto err = caf::make_error(
+      ec::shutting_down,
+      "projection of " + st.cfg.topic + " (" + st.cfg.ns + ") did not stop within "
+        + std::to_string(
+          std::chrono::duration_cast<std::chrono::milliseconds>(st.cfg.shutdown_timeout).count())
+        + " ms (projection.shutdown-timeout): " + std::to_string(st.dying.size())
+        + " actor(s) still running" + (io_done ? "" : ", I/O still open"));
+    st.logs->error("{}", describe(err));
+    for (auto& rp : st.shutdowns)
+      rp.deliver(err);
+  }
+  st.shutdowns.clear();
+  self->quit();
+}
+
+void begin_shutdown(supervisor_pointer self) {
+  auto& st = self->state;
+  st.stopping = true;
+  st.shutdown_deadline = self->clock().now() + st.cfg.shutdown_timeout;
+  stop_children(self, caf::exit_reason::user_shutdown, true);
+  // The factory holds the I/O token too: nothing restarts from here on.
+  st.ports.reset();
+  transition(self, "stopped", "shutdown requested");
+  shutdown_tick(self);
+}
+
+supervisor_actor::behavior_type
 supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<port_factory> ports,
            std::shared_ptr<const core::decoder> decoder, std::shared_ptr<metrics> stats,
            projection_options opts) {
@@ -223,12 +284,25 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
   st.ports = std::move(ports);
   st.decoder = std::move(decoder);
   st.stats = std::move(stats);
-  st.opts = opts;
-  st.rng.seed(opts.seed != 0 ? opts.seed : static_cast<uint64_t>(
-                                              self->clock().now().time_since_epoch().count()));
+  st.logs = opts.logs ? opts.logs : default_log();
+  st.opts = std::move(opts);
+  st.rng.seed(st.opts.seed != 0 ? st.opts.seed
+                                 : static_cast<uint64_t>(
+                                   self->clock().now().time_since_epoch().count()));
   self->set_down_handler([=](caf::down_msg& msg) {
     auto& st = self->state;
-    if (st.children.erase(msg.source) == 0 || st.stopping)
+    // A subscriber that terminated: forget it.
+    auto sub = std::find_if(st.subscribers.begin(), st.subscribers.end(),
+                            [&](const status_listener& x) { return x.address() == msg.source; });
+    if (sub != st.subscribers.end()) {
+      st.subscribers.erase(sub);
+      return;
+    }
+    if (st.stopping) {
+      st.dying.erase(msg.source);
+      return;
+    }
+    if (st.children.erase(msg.source) == 0)
       return;
     // A child whose request found its peer (another child) gone: the peer's
     // own down message carries the real reason and fails the generation.
@@ -239,15 +313,14 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
     fail(self, reason);
   });
   // Trapping exits: an exit message (a host's send_exit, a linked host
-  // actor that died) ends the projection in order, children and blocking
-  // calls included.  A normal exit of a linked actor is ignored, as CAF's
-  // default handler does.
+  // actor that died) ends the projection at once, children and blocking
+  // calls included (use `shutdown` to learn when all of it has stopped).
+  // A normal exit of a linked actor is ignored, as CAF's default handler does.
   self->set_exit_handler([=](caf::exit_msg& msg) {
     auto& st = self->state;
     if (!msg.reason || st.stopping)
       return;
-    QSP_LOG_INFO("projection of {}: exit message ({}), stopping", st.cfg.topic,
-                 caf::to_string(msg.reason));
+    st.logs->info("exit message ({}), stopping", caf::to_string(msg.reason));
     st.stopping = true;
     stop_children(self, msg.reason);
     transition(self, "stopped", "exit message");
@@ -256,12 +329,14 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
   // However the supervisor ends (even by exit_reason::kill, which cannot be
   // trapped), no child and no blocking call of the current generation
   // outlives it.
-  self->attach_functor([life = st.life](const caf::error&) {
+  self->attach_functor([life = st.life, on_end = st.opts.on_end](const caf::error&) {
     for (auto& child : life->children)
       caf::anon_send_exit(child, caf::exit_reason::user_shutdown);
     life->children.clear();
     if (life->gen)
       life->gen->abort();
+    if (on_end)
+      on_end();
   });
   self->send(self, atom::restart_v, uint64_t{0});
   return {
@@ -284,12 +359,30 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
     [=](atom::pull, const std::string& user, uint32_t limit) -> caf::result<session_list> {
       // The PULL_SESSION_LIST gate.
       if (!self->state.ready || !self->state.reader)
-        return caf::make_error(ec::not_ready, "projection is " + self->state.state);
+        return caf::make_error(ec::not_ready, "projection of " + self->state.cfg.topic + " ("
+                                                + self->state.cfg.ns + ") is "
+                                                + self->state.state);
       return self->delegate(self->state.reader, atom::sessions_v, user, limit);
     },
-    [=](atom::subscribe, const caf::actor& listener) {
-      self->state.subscribers.push_back(listener);
-      caf::anon_send(listener, atom::status_v, snapshot(self->state));
+    [=](atom::subscribe, const status_listener& listener) {
+      auto& st = self->state;
+      if (!listener)
+        return;
+      auto known = std::any_of(st.subscribers.begin(), st.subscribers.end(),
+                               [&](const status_listener& x) { return x == listener; });
+      if (!known) {
+        st.subscribers.push_back(listener);
+        self->monitor(listener);
+      }
+      self->send(listener, atom::status_v, snapshot(st));
+    },
+    [=](atom::unsubscribe, const status_listener& listener) {
+      auto& st = self->state;
+      auto i = std::find(st.subscribers.begin(), st.subscribers.end(), listener);
+      if (i != st.subscribers.end()) {
+        self->demonitor(listener.address());
+        st.subscribers.erase(i);
+      }
     },
     [=](atom::ready) {
       // Only this generation's aggregator may open the gate: a previous
@@ -307,36 +400,22 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
       if (gen == st.generation && !st.stopping && (st.state == "starting" || st.state == "dirty"))
         start_generation(self);
     },
-    [=](atom::shutdown) {
+    [=](atom::tick) {
+      if (self->state.stopping && !self->state.shutdowns.empty())
+        shutdown_tick(self);
+    },
+    [=](atom::shutdown) -> caf::result<caf::ok_atom> {
       auto& st = self->state;
-      st.stopping = true;
-      stop_children(self);
-      transition(self, "stopped", "shutdown requested");
-      self->quit();
+      auto rp = self->make_response_promise<caf::ok_atom>();
+      st.shutdowns.push_back(rp);
+      if (!st.stopping)
+        begin_shutdown(self);
+      return rp;
     },
   };
 }
 
 } // namespace
-
-caf::error projection_settings::validate() const {
-  if (topic.empty())
-    return caf::make_error(ec::invalid_config, "projection.dispatch-topic: required, a Kafka topic name");
-  if (partition_count <= 0)
-    return caf::make_error(ec::invalid_config, "projection.partition-count: required, an integer > 0, got "
-                                          + std::to_string(partition_count));
-  if (ns.empty())
-    return caf::make_error(ec::invalid_config, "projection.namespace: must not be empty");
-  if (max_batch_records == 0)
-    return caf::make_error(ec::invalid_config, "projection.max-batch-records: must be > 0");
-  if (max_batches_in_flight == 0 || max_batches_in_flight > 64)
-    return caf::make_error(ec::invalid_config,
-                           "projection.max-batches-in-flight: an integer in [1, 64], got "
-                             + std::to_string(max_batches_in_flight));
-  if (backoff_initial.count() <= 0 || backoff_max < backoff_initial)
-    return caf::make_error(ec::invalid_config, "projection.backoff-*: need 0 < initial <= max");
-  return caf::none;
-}
 
 caf::expected<projection_actor>
 spawn_projection(caf::actor_system& sys, const projection_settings& cfg,
@@ -345,8 +424,11 @@ spawn_projection(caf::actor_system& sys, const projection_settings& cfg,
   if (auto err = cfg.validate())
     return err;
   if (!ports || !decoder || !stats)
-    return caf::make_error(ec::invalid_config, "spawn_projection: ports, decoder and metrics are required");
-  return sys.spawn(supervisor, cfg, std::move(ports), std::move(decoder), std::move(stats), opts);
+    return caf::make_error(ec::invalid_config,
+                           "spawn_projection: ports, decoder and metrics are required");
+  auto sup = sys.spawn(supervisor, cfg, std::move(ports), std::move(decoder), std::move(stats),
+                       std::move(opts));
+  return caf::actor_cast<projection_actor>(sup);
 }
 
 } // namespace qsp

@@ -5,16 +5,48 @@
 
 namespace qsp {
 
+kafka::dispatch_log_consumer_config kafka_config_of(const projection_settings& s) {
+  kafka::dispatch_log_consumer_config k;
+  k.client.bootstrap_servers = s.kafka.bootstrap_servers;
+  k.client.client_id = s.kafka.client_id;
+  k.client.properties = s.kafka.properties;
+  k.client.timeout_ms = static_cast<int>(s.kafka.timeout.count());
+  k.group_id = s.kafka.group_id;
+  k.topic = s.topic;
+  return k;
+}
+
+redis::settings redis_config_of(const projection_settings& s) {
+  redis::settings r;
+  r.host = s.redis.host;
+  r.port = s.redis.port;
+  r.username = s.redis.username;
+  r.password = s.redis.password;
+  r.tls = s.redis.tls;
+  r.tls_ca_file = s.redis.tls_ca_file;
+  r.tls_cert_file = s.redis.tls_cert_file;
+  r.tls_key_file = s.redis.tls_key_file;
+  r.tls_server_name = s.redis.tls_server_name;
+  r.connect_timeout_ms = static_cast<int>(s.redis.connect_timeout.count());
+  r.command_timeout_ms = static_cast<int>(s.redis.command_timeout.count());
+  r.ns = s.ns;
+  r.convs_prefix = s.convs_prefix;
+  return r;
+}
+
 namespace {
 
 class real_ports final : public port_factory {
 public:
-  real_ports(real_ports_settings cfg, std::shared_ptr<metrics> stats) : cfg_(std::move(cfg)) {
+  real_ports(const projection_settings& s, real_ports_options opts)
+    : kafka_(kafka_config_of(s)), redis_(redis_config_of(s)), io_(opts.io) {
+    kafka_.client.logs = opts.logs;
+    kafka_.client.keepalive = opts.io;
+    redis_.keepalive = opts.io;
     // Every client-level Kafka error is counted (stats may be absent), and
     // still reaches a callback the host set itself.
-    auto host = std::move(cfg_.kafka.on_client_error);
-    cfg_.kafka.on_client_error = [stats = std::move(stats),
-                                  host = std::move(host)](const std::string& name) {
+    kafka_.on_client_error = [stats = std::move(opts.stats),
+                              host = std::move(opts.on_client_error)](const std::string& name) {
       if (stats)
         stats->kafka_client_errors.fetch_add(1, std::memory_order_relaxed);
       if (host)
@@ -23,42 +55,44 @@ public:
   }
 
   caf::expected<std::unique_ptr<broker_inspector>> make_inspector() override {
-    auto a = kafka::admin::make(cfg_.kafka.client);
+    auto a = kafka::admin::make(kafka_.client);
     if (!a)
       return a.error();
     return std::unique_ptr<broker_inspector>{std::move(*a)};
   }
 
   caf::expected<std::unique_ptr<checkpoint_store>> make_checkpoint_store() override {
-    auto s = redis::redis_checkpoint_store::open(cfg_.redis);
+    auto s = redis::redis_checkpoint_store::open(redis_);
     if (!s)
       return s.error();
     return std::unique_ptr<checkpoint_store>{std::move(*s)};
   }
 
   caf::expected<std::unique_ptr<session_store>> make_session_store() override {
-    auto s = redis::redis_session_store::open(cfg_.redis);
+    auto s = redis::redis_session_store::open(redis_);
     if (!s)
       return s.error();
     return std::unique_ptr<session_store>{std::move(*s)};
   }
 
   caf::expected<std::shared_ptr<dispatch_log>> make_dispatch_log() override {
-    auto c = kafka::dispatch_log_consumer::make(cfg_.kafka);
+    auto c = kafka::dispatch_log_consumer::make(kafka_);
     if (!c)
       return c.error();
     return std::shared_ptr<dispatch_log>{std::move(*c)};
   }
 
 private:
-  real_ports_settings cfg_;
+  kafka::dispatch_log_consumer_config kafka_;
+  redis::settings redis_;
+  std::shared_ptr<void> io_;
 };
 
 } // namespace
 
-std::shared_ptr<port_factory> make_real_ports(real_ports_settings cfg,
-                                              std::shared_ptr<metrics> stats) {
-  return std::make_shared<real_ports>(std::move(cfg), std::move(stats));
+std::shared_ptr<port_factory> make_real_ports(const projection_settings& s,
+                                              real_ports_options opts) {
+  return std::make_shared<real_ports>(s, std::move(opts));
 }
 
 } // namespace qsp

@@ -16,6 +16,7 @@
 #include "actors/inspection.hpp"
 #include "adapters/real_ports.hpp"
 #include "core/dispatch.hpp"
+#include "core/replay.hpp"
 #include "kafka/dispatch_log_consumer.hpp"
 #include "messages/types.hpp"
 #include "redis/connection.hpp"
@@ -24,6 +25,9 @@ namespace qsp::app {
 
 namespace {
 
+using core::audit_findings;
+using core::quoted;
+using core::replay_model;
 using clock_type = std::chrono::steady_clock;
 
 constexpr int exit_ok = 0, exit_refused = 3, exit_unreachable = 4, exit_differences = 5;
@@ -34,43 +38,8 @@ constexpr auto stall_limit = std::chrono::seconds(120);
 constexpr auto progress_every = std::chrono::seconds(10);
 /// Users per pipelined round trip of ZRANGE.
 constexpr size_t users_per_chunk = 1000;
-/// Samples printed per kind of finding.
-constexpr size_t max_samples = 10;
 /// Records per poll of one partition.
 constexpr size_t poll_max = 5000;
-
-/// user -> conversation -> max created_at.  Conversation ids are interned in
-/// `convs` (node-based: the pointers stay valid), so each distinct id is
-/// stored once however many users share it; per (user, conversation) pair the
-/// model costs a pointer, a score and the hash node (~50 bytes).
-struct model {
-  std::unordered_set<std::string> convs;
-  std::unordered_map<std::string, std::unordered_map<const std::string*, int64_t>> users;
-  uint64_t entries = 0;
-
-  void apply(const core::dispatch& d) {
-    if (d.recipients.empty())
-      return;
-    const std::string* conv = &*convs.insert(d.conversation_id).first;
-    for (auto& u : d.recipients) {
-      auto [i, added] = users[u].try_emplace(conv, d.created_at);
-      if (added)
-        ++entries;
-      else if (i->second < d.created_at)
-        i->second = d.created_at;
-    }
-  }
-
-  /// Rough size of the model in bytes (for the operator, not exact).
-  uint64_t approx_bytes() const {
-    uint64_t b = entries * 48;
-    for (auto& c : convs)
-      b += 48 + c.capacity();
-    for (auto& [u, m] : users)
-      b += 80 + u.capacity() + m.bucket_count() * 8;
-    return b;
-  }
-};
 
 struct partition_progress {
   int32_t partition = 0;
@@ -79,18 +48,6 @@ struct partition_progress {
   uint64_t records = 0;   ///< data records below the target
   bool done = false;
   std::shared_ptr<partition_reader> reader;
-};
-
-struct findings {
-  uint64_t users_checked = 0, entries_checked = 0, members_read = 0;
-  uint64_t missing = 0, stale = 0, unknown = 0, ahead = 0, unreadable_keys = 0;
-  std::vector<std::string> missing_samples, stale_samples, unknown_samples, ahead_samples,
-    unreadable_samples;
-
-  static void sample(std::vector<std::string>& v, std::string line) {
-    if (v.size() < max_samples)
-      v.push_back(std::move(line));
-  }
 };
 
 int fail(const std::string& what, const caf::error& err) {
@@ -102,28 +59,11 @@ std::string_view str(const redisReply* r) {
   return r->str != nullptr ? std::string_view{r->str, r->len} : std::string_view{};
 }
 
-std::string quoted(std::string_view s) {
-  std::string out{"\""};
-  for (char c : s) {
-    if (c == '"' || c == '\\')
-      out.push_back('\\');
-    if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned char>(c));
-      out += buf;
-    } else {
-      out.push_back(c);
-    }
-  }
-  out.push_back('"');
-  return out;
-}
-
 // -- replay -------------------------------------------------------------------
 
 /// Reads every partition from 0 up to its target into `m`.  Returns an exit
 /// code (< 0: success).
-int replay(const node_settings& s, std::vector<partition_progress>& parts, model& m) {
+int replay(const node_settings& s, std::vector<partition_progress>& parts, replay_model& m) {
   std::map<int32_t, int64_t> starts;
   for (auto& pp : parts) {
     if (pp.target <= 0)
@@ -133,7 +73,7 @@ int replay(const node_settings& s, std::vector<partition_progress>& parts, model
   }
   if (starts.empty())
     return -1;
-  auto cfg = s.ports.kafka;
+  auto cfg = kafka_config_of(s.projection);
   cfg.client.client_id += "-audit";
   auto log = kafka::dispatch_log_consumer::make(cfg);
   if (!log)
@@ -232,73 +172,10 @@ int replay(const node_settings& s, std::vector<partition_progress>& parts, model
 
 // -- diff ---------------------------------------------------------------------
 
-struct redis_member {
-  std::string_view name;
-  std::string_view raw_score;
-  double score = 0;
-};
-
-void diff_user(const std::string& user, const std::string& key,
-               const std::unordered_map<const std::string*, int64_t>& expected,
-               const model& m, const redisReply* rep, findings& f) {
-  f.users_checked += 1;
-  f.entries_checked += expected.size();
-  std::vector<redis_member> got;
-  got.reserve(rep->elements / 2);
-  for (size_t i = 0; i + 1 < rep->elements; i += 2) {
-    redis_member rm{str(rep->element[i]), str(rep->element[i + 1])};
-    rm.score = std::strtod(std::string{rm.raw_score}.c_str(), nullptr);
-    got.push_back(rm);
-  }
-  f.members_read += got.size();
-  size_t matched = 0;
-  std::string name;
-  for (auto& rm : got) {
-    name.assign(rm.name);
-    auto c = m.convs.find(name);
-    auto e = c != m.convs.end() ? expected.find(&*c) : expected.end();
-    if (e == expected.end()) {
-      ++f.unknown;
-      findings::sample(f.unknown_samples, "user " + quoted(user) + " member " + quoted(rm.name)
-                                            + " score " + std::string{rm.raw_score}
-                                            + " (key " + quoted(key) + ")");
-      continue;
-    }
-    ++matched;
-    auto want = static_cast<double>(e->second);
-    if (rm.score < want) {
-      ++f.stale;
-      findings::sample(f.stale_samples, "user " + quoted(user) + " conversation "
-                                          + quoted(rm.name) + ": redis "
-                                          + std::string{rm.raw_score} + " < log "
-                                          + std::to_string(e->second));
-    } else if (rm.score > want) {
-      ++f.ahead;
-      findings::sample(f.ahead_samples, "user " + quoted(user) + " conversation "
-                                          + quoted(rm.name) + ": redis "
-                                          + std::string{rm.raw_score} + " > log "
-                                          + std::to_string(e->second));
-    }
-  }
-  if (matched == expected.size())
-    return;
-  std::unordered_set<std::string_view> present;
-  for (auto& rm : got)
-    present.insert(rm.name);
-  for (auto& [conv, score] : expected)
-    if (!present.count(*conv)) {
-      ++f.missing;
-      findings::sample(f.missing_samples, "user " + quoted(user) + " conversation "
-                                            + quoted(*conv) + ": absent, log has "
-                                            + std::to_string(score) + " (key " + quoted(key)
-                                            + ")");
-    }
-}
-
 /// Pipelined ZRANGE WITHSCORES over every user of the model.  Returns an exit
 /// code (< 0: success).
-int diff(const node_settings& s, const model& m, findings& f) {
-  auto conn = redis::connection::open(s.ports.redis);
+int diff(const node_settings& s, const replay_model& m, audit_findings& f) {
+  auto conn = redis::connection::open(redis_config_of(s.projection));
   if (!conn)
     return fail("redis", conn.error());
   auto& c = **conn;
@@ -306,6 +183,7 @@ int diff(const node_settings& s, const model& m, findings& f) {
   using user_ref = const std::pair<const std::string,
                                    std::unordered_map<const std::string*, int64_t>>*;
   std::vector<user_ref> chunk;
+  std::vector<std::pair<std::string_view, std::string_view>> members;
   std::vector<std::string> keys;
   static const std::string zrange = "ZRANGE", zero = "0", all = "-1", withscores = "WITHSCORES";
   auto flush = [&]() -> int {
@@ -322,7 +200,7 @@ int diff(const node_settings& s, const model& m, findings& f) {
           f.entries_checked += expected.size();
           f.missing += expected.size();
           ++f.unreadable_keys;
-          findings::sample(f.unreadable_samples, "user " + quoted(user) + " key " + quoted(keys[i])
+          audit_findings::sample(f.unreadable_samples, "user " + quoted(user) + " key " + quoted(keys[i])
                                                    + ": " + describe(r.error()) + "; its "
                                                    + std::to_string(expected.size())
                                                    + " entries count as missing");
@@ -337,7 +215,10 @@ int diff(const node_settings& s, const model& m, findings& f) {
                              c.where() + ": unexpected reply type to ZRANGE " + keys[i]);
         break;
       }
-      diff_user(chunk[i]->first, keys[i], chunk[i]->second, m, rep, f);
+      members.clear();
+      for (size_t j = 0; j + 1 < rep->elements; j += 2)
+        members.emplace_back(str(rep->element[j]), str(rep->element[j + 1]));
+      core::diff_user(chunk[i]->first, keys[i], chunk[i]->second, m, members, f);
     }
     chunk.clear();
     keys.clear();
@@ -367,7 +248,7 @@ void print_samples(const char* kind, const std::vector<std::string>& v) {
 
 int cmd_audit(const node_settings& s) {
   // 1. The startup inspection: the checkpoints must belong to this log.
-  auto ports = make_real_ports(s.ports);
+  auto ports = make_real_ports(s.projection);
   auto broker = ports->make_inspector();
   if (!broker)
     return fail("kafka", broker.error());
@@ -404,14 +285,14 @@ int cmd_audit(const node_settings& s) {
     p.target = pp.checkpoint.value_or(0);
     parts.push_back(std::move(p));
   }
-  model m;
+  replay_model m;
   auto t0 = clock_type::now();
   if (int rc = replay(s, parts, m); rc >= 0)
     return rc;
   auto t1 = clock_type::now();
 
   // 3. Diff with Redis.
-  findings f;
+  audit_findings f;
   if (int rc = diff(s, m, f); rc >= 0)
     return rc;
   auto t2 = clock_type::now();

@@ -7,7 +7,7 @@
 
 #include "caf/actor_system.hpp"
 
-#include "actors/metrics.hpp"
+#include "qsession/projection/metrics.hpp"
 #include "messages/actors.hpp"
 
 namespace httplib { class Server; }

@@ -11,14 +11,15 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "caf/actor_system.hpp"
 #include "caf/scoped_actor.hpp"
 
 #include "actors/inspection.hpp"
-#include "actors/log.hpp"
-#include "actors/projection.hpp"
+#include "kafka/dispatch_log_consumer.hpp"
+#include "qsession/projection.hpp"
 #include "adapters/real_ports.hpp"
 #include "app/audit.hpp"
 #include "app/http.hpp"
@@ -75,7 +76,7 @@ void print_problems(std::string text) {
 // -- verify / inspect ----------------------------------------------------------
 
 caf::expected<inspection> inspect_now(const app::node_settings& s) {
-  auto ports = make_real_ports(s.ports);
+  auto ports = make_real_ports(s.projection);
   auto broker = ports->make_inspector();
   if (!broker)
     return broker.error();
@@ -102,7 +103,7 @@ int cmd_verify(const app::node_settings& s) {
               r->redis_version.c_str());
   std::printf("prerequisites: redis maxmemory-policy %s%s, topic cleanup.policy %s\n",
               r->maxmemory_policy.c_str(),
-              s.projection.allow_eviction && r->maxmemory_policy != "noeviction"
+              s.projection.redis.allow_eviction && r->maxmemory_policy != "noeviction"
                 ? " (allowed by redis.allow-eviction)" : "",
               r->broker.cleanup_policy.empty() ? "(not reported)"
                                                : r->broker.cleanup_policy.c_str());
@@ -130,7 +131,7 @@ int cmd_inspect(const app::node_settings& s, bool json) {
   auto r = inspect_now(s);
   if (!r) {
     std::cerr << "inspect: " << describe(r.error()) << '\n';
-    return exit_unreachable;
+    return exit_for(r.error());
   }
   nlohmann::json j;
   j["redis_version"] = r->redis_version;
@@ -194,10 +195,9 @@ int cmd_inspect(const app::node_settings& s, bool json) {
 // -- run / catch-up -----------------------------------------------------------
 
 int cmd_run(caf::actor_system& sys, const app::node_settings& s, bool catch_up_only,
-            sigset_t& signals) {
+            sigset_t& signals, std::shared_ptr<spdlog::logger> logger) {
   auto stats = std::make_shared<metrics>();
-  auto proj = spawn_projection(sys, s.projection, make_real_ports(s.ports, stats),
-                               std::make_shared<core::json_decoder>(), stats);
+  auto proj = spawn_projection(sys, s.projection, spawn_options{logger, stats});
   if (!proj) {
     std::cerr << "error: " << describe(proj.error()) << '\n';
     return exit_usage;
@@ -211,11 +211,11 @@ int cmd_run(caf::actor_system& sys, const app::node_settings& s, bool catch_up_o
       caf::anon_send(*proj, atom::shutdown_v);
       return exit_usage;
     }
-    QSP_LOG_INFO("http on {}:{} (/healthz /readyz /metrics /v1/users/{{user}}/sessions)",
+    logger->info("http on {}:{} (/healthz /readyz /metrics /v1/users/{{user}}/sessions)",
                  s.http_host, *port);
   }
   caf::scoped_actor self{sys};
-  self->send(*proj, atom::subscribe_v, caf::actor{self});
+  self->send(*proj, atom::subscribe_v, caf::actor_cast<status_listener>(self));
   int rc = -1;
   int failures_in_a_row = 0;
   bool stop = false;
@@ -242,7 +242,7 @@ int cmd_run(caf::actor_system& sys, const app::node_settings& s, bool catch_up_o
     timespec zero{0, 0};
     int sig = sigtimedwait(&signals, nullptr, &zero);
     if (sig > 0) {
-      QSP_LOG_INFO("signal {}: stopping (a second signal exits at once)", sig);
+      logger->info("signal {}: stopping (a second signal exits at once)", sig);
       stop = true;
     }
   }
@@ -256,6 +256,8 @@ int cmd_run(caf::actor_system& sys, const app::node_settings& s, bool catch_up_o
   for (int i = 0; i < 100 && !down; ++i) {
     self->receive([&](caf::down_msg&) { down = true; },
                       [&](atom::status, projection_status&) {},
+                      [&](caf::ok_atom) {},
+                      [&](caf::error& err) { logger->error("{}", describe(err)); },
                       caf::after(std::chrono::milliseconds(100)) >> [] {});
     timespec zero{0, 0};
     if (sigtimedwait(&signals, nullptr, &zero) > 0) {
@@ -312,8 +314,10 @@ int main(int argc, char** argv) {
     std::cerr << "error: unexpected argument \"" << cfg.remainder.front() << "\"\n";
     return exit_usage;
   }
+  // The node's own logger (the process is the node's: it may register it).
+  auto logger = spdlog::stderr_color_mt("qsp");
   spdlog::set_level(spdlog::level::from_str(cfg.log_level));
-  qsp::logger()->set_level(spdlog::level::from_str(cfg.log_level));
+  logger->set_level(spdlog::level::from_str(cfg.log_level));
   auto settings = app::to_settings(cfg);
   if (!settings) {
     std::cerr << "error: " << describe(settings.error()) << '\n';
@@ -321,7 +325,7 @@ int main(int argc, char** argv) {
   }
   // librdkafka rejects unknown or malformed properties when a client is made:
   // check once here so a typo is a usage error, not a restart loop.
-  if (auto probe = kafka::dispatch_log_consumer::make(settings->ports.kafka); !probe) {
+  if (auto probe = kafka::dispatch_log_consumer::make(kafka_config_of(settings->projection)); !probe) {
     std::cerr << "error: " << describe(probe.error()) << '\n';
     return exit_usage;
   }
@@ -332,5 +336,5 @@ int main(int argc, char** argv) {
   if (cmd == "audit")
     return app::cmd_audit(*settings);
   caf::actor_system sys{cfg};
-  return cmd_run(sys, *settings, cmd == "catch-up", signals);
+  return cmd_run(sys, *settings, cmd == "catch-up", signals, std::move(logger));
 }

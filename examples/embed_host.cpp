@@ -1,6 +1,6 @@
-// Embedding the projection in an existing CAF application: the host owns the
-// actor_system, spawns the projection inside it, waits for readiness and
-// serves PULL_SESSION_LIST through the projection's gate.
+// Embedding the projection in an existing CAF application, through the public
+// headers only: the host owns the actor_system, spawns the projection inside
+// it, waits for readiness and serves PULL_SESSION_LIST through its gate.
 //
 //   qsp-embed-example BOOTSTRAP REDIS_HOST REDIS_PORT TOPIC PARTITIONS NS CONVS_PREFIX USER
 //
@@ -11,9 +11,7 @@
 #include "caf/actor_system_config.hpp"
 #include "caf/scoped_actor.hpp"
 
-#include "actors/projection.hpp"
-#include "adapters/real_ports.hpp"
-#include "messages/registration.hpp"
+#include <qsession/projection.hpp>
 
 int main(int argc, char** argv) {
   if (argc != 9) {
@@ -26,30 +24,25 @@ int main(int argc, char** argv) {
   qsp::register_types(cfg);
   caf::actor_system sys{cfg};
 
-  // 2. Typed settings and the real adapters.
+  // 2. One settings struct: the projection builds its adapters from it.
   qsp::projection_settings ps;
   ps.topic = argv[4];
   ps.partition_count = std::stoi(argv[5]);
   ps.ns = argv[6];
   ps.convs_prefix = argv[7];
-  qsp::real_ports_settings rs;
-  rs.kafka.client.bootstrap_servers = argv[1];
-  rs.kafka.topic = ps.topic;
-  rs.redis.host = argv[2];
-  rs.redis.port = static_cast<uint16_t>(std::stoi(argv[3]));
-  rs.redis.ns = ps.ns;
-  rs.redis.convs_prefix = ps.convs_prefix;
+  ps.kafka.bootstrap_servers = argv[1];
+  ps.redis.host = argv[2];
+  ps.redis.port = static_cast<uint16_t>(std::stoi(argv[3]));
 
-  auto proj = qsp::spawn_projection(sys, ps, qsp::make_real_ports(rs),
-                                    std::make_shared<qsp::core::json_decoder>());
+  auto proj = qsp::spawn_projection(sys, ps);
   if (!proj) {
     std::cerr << qsp::describe(proj.error()) << '\n';
     return 2;
   }
 
-  // 3. Subscribe to readiness changes; gate PULL_SESSION_LIST on them.
+  // 3. Subscribe to status pushes; gate PULL_SESSION_LIST on readiness.
   caf::scoped_actor self{sys};
-  self->send(*proj, qsp::atom::subscribe_v, caf::actor{self});
+  self->send(*proj, qsp::atom::subscribe_v, caf::actor_cast<qsp::status_listener>(self));
   int rc = -1;
   while (rc < 0) {
     self->receive([&](qsp::atom::status, const qsp::projection_status& st) {
@@ -72,6 +65,9 @@ int main(int argc, char** argv) {
       }
     });
   }
-  self->send(*proj, qsp::atom::shutdown_v);
+  // 4. Shut down and wait until all of its I/O has stopped.
+  self->request(*proj, std::chrono::seconds(30), qsp::atom::shutdown_v)
+    .receive([](caf::ok_atom) {},
+             [&](const caf::error& err) { std::cerr << qsp::describe(err) << '\n'; });
   return rc;
 }

@@ -77,6 +77,13 @@ private:
   std::thread thread_;
 };
 
+/// What librdkafka's callbacks of one handle point into (its opaque).
+struct handle_context {
+  std::shared_ptr<error_sink> errors;
+  log_ptr logs;
+  std::shared_ptr<void> keepalive;
+};
+
 reaper& the_reaper() {
   static reaper instance;
   return instance;
@@ -182,12 +189,32 @@ make_handle(rd_kafka_type_t type, const client_settings& cfg,
   // destroyed (drained, joined) after anything static holding a handle made
   // later.
   (void) the_reaper();
-  if (errors) {
-    rd_kafka_conf_set_opaque(conf, errors.get());
+  // The callbacks' context lives until the handle is destroyed (the
+  // deleter's keepalive), also on the reaper's thread.
+  auto ctx = std::make_shared<handle_context>();
+  ctx->errors = std::move(errors);
+  ctx->logs = cfg.logs;
+  ctx->keepalive = cfg.keepalive;
+  rd_kafka_conf_set_opaque(conf, ctx.get());
+  if (ctx->errors)
     rd_kafka_conf_set_error_cb(conf, [](rd_kafka_t*, int code, const char* reason, void* opaque) {
-      static_cast<error_sink*>(opaque)->push(static_cast<rd_kafka_resp_err_t>(code), reason);
+      static_cast<handle_context*>(opaque)->errors->push(static_cast<rd_kafka_resp_err_t>(code),
+                                                         reason);
     });
-  }
+  if (ctx->logs)
+    rd_kafka_conf_set_log_cb(conf, [](const rd_kafka_t* rk, int level, const char* fac,
+                                      const char* buf) {
+      auto* c = static_cast<handle_context*>(rd_kafka_opaque(rk));
+      if (c == nullptr || !c->logs)
+        return;
+      // syslog levels: 0-3 error, 4 warning, 5-6 info, 7 debug.
+      auto lvl = level <= 3   ? spdlog::level::err
+                 : level == 4 ? spdlog::level::warn
+                 : level <= 6 ? spdlog::level::info
+                              : spdlog::level::debug;
+      c->logs->raw(lvl, std::string{"librdkafka "} + (fac != nullptr ? fac : "") + ": "
+                          + (buf != nullptr ? buf : ""));
+    });
   rd_kafka_t* rk = rd_kafka_new(type, conf, err, sizeof(err));
   if (rk == nullptr) {
     rd_kafka_conf_destroy(conf);
@@ -204,7 +231,7 @@ make_handle(rd_kafka_type_t type, const client_settings& cfg,
     }
     return caf::make_error(ec::kafka_unavailable, "cannot create a kafka client: " + text);
   }
-  return handle_ptr{rk, handle_deleter{std::move(errors)}};
+  return handle_ptr{rk, handle_deleter{std::move(ctx)}};
 }
 
 bool is_auth_error(rd_kafka_resp_err_t err) {

@@ -12,6 +12,8 @@
 
 #include "caf/expected.hpp"
 
+#include "messages/log.hpp"
+
 namespace qsp::kafka {
 
 /// Connection settings common to every librdkafka handle of the projection.
@@ -21,6 +23,11 @@ struct client_settings {
   /// Extra librdkafka properties (security.protocol, sasl.*, ssl.*, ...).
   std::vector<std::pair<std::string, std::string>> properties;
   int timeout_ms = 10000;
+  /// Where librdkafka's own log lines go (its log callback); null: stderr.
+  log_ptr logs;
+  /// Held by every handle until rd_kafka_destroy returned (the projection's
+  /// I/O token: its shutdown waits until all are released).
+  std::shared_ptr<void> keepalive;
 };
 
 /// Hands the handle to the process-wide reaper thread, which calls

@@ -169,13 +169,6 @@ std::shared_ptr<partition_reader> dispatch_log_consumer::reader(int32_t partitio
 
 namespace {
 
-/// The logger of the projection ("qsp", see actors/log.hpp) once it exists,
-/// else spdlog's default one.  kafka/ does not link the actors library.
-std::shared_ptr<spdlog::logger> client_logger() {
-  if (auto l = spdlog::get("qsp"))
-    return l;
-  return spdlog::default_logger();
-}
 
 bool mentions_certificate(const std::string& text) {
   return text.find("certificate") != std::string::npos
@@ -262,7 +255,8 @@ void dispatch_log_consumer::client_error(rd_kafka_resp_err_t err, const std::str
       }
     }
     if (log)
-      client_logger()->warn("{}kafka client error {} (retried by the client; the projection "
+      (cfg_.client.logs ? cfg_.client.logs : default_log())
+        ->warn("{}kafka client error {} (retried by the client; the projection "
                             "lags meanwhile): {}{}",
                             where, name, text,
                             skipped > 0 ? " (" + std::to_string(skipped)

@@ -22,6 +22,7 @@
 #include "caf/typed_actor.hpp"
 
 #include "messages/types.hpp"
+#include "qsession/projection/projection.hpp"
 
 namespace qsp {
 
@@ -81,16 +82,13 @@ using aggregator_actor = caf::typed_actor<
   caf::reacts_to<atom::poll>,
   caf::replies_to<atom::status>::with<std::vector<partition_status>>>;
 
-/// The projection's public handle (standalone node and embedding hosts).
-/// `pull` is the PULL_SESSION_LIST gate: ec::not_ready until ready.
-/// Subscribers receive (atom::status, projection_status) on every change of
-/// state; `shutdown` stops the pipeline and quits.
-using projection_actor = caf::typed_actor<
-  caf::replies_to<atom::status>::with<projection_status>,
-  caf::replies_to<atom::pull, std::string, uint32_t>::with<session_list>,
-  caf::reacts_to<atom::subscribe, caf::actor>,
+/// The supervisor: the public handle (qsession/projection/projection.hpp)
+/// plus what only its own children and timers send it.  `ready` comes from
+/// the current aggregator; `restart` is the backoff timer of a generation;
+/// `tick` drives an ordered shutdown until every child and I/O has stopped.
+using supervisor_actor = projection_actor::extend<
   caf::reacts_to<atom::ready>,
   caf::reacts_to<atom::restart, uint64_t>,
-  caf::reacts_to<atom::shutdown>>;
+  caf::reacts_to<atom::tick>>;
 
 } // namespace qsp

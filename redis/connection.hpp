@@ -35,6 +35,9 @@ struct settings {
   /// Key layout (DESIGN.md §3): {ns}:meta, {ns}:checkpoint:{topic}:{p}, {convs}{user}.
   std::string ns = "session_projection";
   std::string convs_prefix = "convs:";
+  /// Held by every connection until it is closed (the projection's I/O
+  /// token: its shutdown waits until all are released).
+  std::shared_ptr<void> keepalive;
 };
 
 struct reply_deleter { void operator()(redisReply* r) const { freeReplyObject(r); } };

@@ -38,15 +38,24 @@
 #include "caf/all.hpp"
 #include "caf/test/dsl.hpp"
 
-#include "actors/log.hpp"
+#include "messages/log.hpp"
 #include "actors/projection.hpp"
 #include "core/dispatch.hpp"
-#include "messages/registration.hpp"
+#include "qsession/projection/projection.hpp"
 #include "tests/support/fakes.hpp"
 
 namespace qsp::test {
 
 using namespace std::chrono_literals;
+
+/// The projection's log in tests: silent unless QSP_TEST_LOG is set.
+inline log_ptr quiet_log() {
+  auto l = std::make_shared<spdlog::logger>("qsp-test");
+  if (std::getenv("QSP_TEST_LOG") != nullptr)
+    return std::make_shared<const projection_log>(nullptr, "[test] ");
+  l->set_level(spdlog::level::off);
+  return std::make_shared<const projection_log>(l, "[test] ");
+}
 
 struct test_config : caf::actor_system_config {
   test_config() { qsp::register_types(*this); }
@@ -55,7 +64,7 @@ struct test_config : caf::actor_system_config {
 /// Records every status notification.  (Function actors get their state as
 /// spawn arguments: in CAF 0.17 a function actor spawned without arguments
 /// dereferences a null shared_ptr<tuple<>>, which UBSan aborts on.)
-inline caf::behavior status_listener(caf::event_based_actor*,
+inline caf::behavior status_recorder(caf::event_based_actor*,
                                      std::shared_ptr<std::vector<projection_status>> log) {
   return {
     [log](atom::status, const projection_status& s) { log->push_back(s); },
@@ -68,6 +77,14 @@ void prober(caf::event_based_actor* self, std::shared_ptr<std::optional<caf::exp
             projection_actor target, Ts... xs) {
   self->request(target, caf::infinite, xs...)
     .then([=](T& x) { *res = std::move(x); }, [=](caf::error& e) { *res = std::move(e); });
+}
+
+/// Blocking adapters on the scheduler (the fakes never block), seed 42.
+inline projection_options deterministic() {
+  projection_options opts;
+  opts.detached_io = false;
+  opts.seed = 42;
+  return opts;
 }
 
 struct projection_fixture : test_coordinator_fixture<test_config> {
@@ -98,8 +115,6 @@ struct projection_fixture : test_coordinator_fixture<test_config> {
   uint64_t steps = 0;
 
   projection_fixture() {
-    if (std::getenv("QSP_TEST_LOG") == nullptr)
-      qsp::logger()->set_level(spdlog::level::off);
     settings.topic = world->topic;
     settings.ns = world->ns;
     settings.max_batch_records = 100;
@@ -124,17 +139,19 @@ struct projection_fixture : test_coordinator_fixture<test_config> {
   // -- setup ---------------------------------------------------------------------
 
   /// Spawns the projection (detached_io off, seed 42) and subscribes the listener.
-  void start(projection_options opts = projection_options{false, 42}) {
+  void start(projection_options opts = deterministic()) {
     if (settings.partition_count == 0)
       settings.partition_count = world->partition_count();
-    listener = sys.spawn(status_listener, seen);
+    listener = sys.spawn(status_recorder, seen);
+    if (!opts.logs)
+      opts.logs = quiet_log();
     auto p = spawn_projection(sys, settings, ports, decoder, stats, opts);
     if (!p) {
       violations.push_back("spawn_projection failed: " + describe(p.error()));
       return;
     }
     proj = *p;
-    self->send(proj, atom::subscribe_v, listener);
+    self->send(proj, atom::subscribe_v, caf::actor_cast<status_listener>(listener));
   }
 
   /// Appends n dispatches to p: conversation "p{p}-c{offset}", created_at

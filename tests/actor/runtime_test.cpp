@@ -122,7 +122,7 @@ CAF_TEST(an identity check the broker does not answer makes the node dirty until
 }
 
 CAF_TEST(a frozen Redis makes the node dirty within the deadline and it recovers) {
-  settings.write_timeout = 1s;
+  settings.redis.command_timeout = 1s;
   fill(0, 10);
   fill(1, 10);
   start();
@@ -234,7 +234,7 @@ CAF_TEST(an evicting Redis is refused unless the operator allows it) {
 CAF_TEST(an evicting Redis starts with redis.allow-eviction) {
   fill(0, 5);
   world->maxmemory_policy = "allkeys-lru";
-  settings.allow_eviction = true;
+  settings.redis.allow_eviction = true;
   start();
   CAF_REQUIRE(drive_to("ready"));
 }

@@ -173,10 +173,13 @@ TEST(DispatchLogConsumer, UnreachableBrokersAreCountedAndNotFinal) {
     names.push_back(name);
   };
   auto stats = std::make_shared<metrics>();
-  real_ports_settings rs;
-  rs.kafka = cfg;
-  rs.redis = test::redis_settings("ns", "convs:");
-  auto ports = make_real_ports(rs, stats);
+  auto ps = test::projection_settings_for(cfg.topic, 1, "ns", "convs:");
+  ps.kafka.bootstrap_servers = cfg.client.bootstrap_servers;
+  ps.kafka.timeout = std::chrono::milliseconds(cfg.client.timeout_ms);
+  real_ports_options ro;
+  ro.stats = stats;
+  ro.on_client_error = cfg.on_client_error;
+  auto ports = make_real_ports(ps, ro);
   auto log = ports->make_dispatch_log();
   ASSERT_TRUE(log) << describe(log.error());
   auto* consumer = dynamic_cast<kafka::dispatch_log_consumer*>(log->get());

@@ -9,10 +9,9 @@
 
 #include "caf/all.hpp"
 
-#include "actors/projection.hpp"
-#include "adapters/real_ports.hpp"
+#include "qsession/projection.hpp"
 #include "kafka/producer.hpp"
-#include "messages/registration.hpp"
+#include "qsession/projection/projection.hpp"
 #include "tests/support/integration.hpp"
 
 using namespace qsp;
@@ -40,23 +39,14 @@ void end_with_redis_frozen(ending how) {
     ASSERT_TRUE(prod->send(topic, 0, core::encode_json(test::make_dispatch(i, 20))));
   ASSERT_TRUE(prod->flush());
 
-  projection_settings ps;
-  ps.topic = topic;
-  ps.partition_count = 1;
-  ps.ns = ns;
-  ps.convs_prefix = convs;
-  ps.write_timeout = 120s;  // far beyond the test: only the interrupt can end the calls
-  real_ports_settings rs;
-  rs.kafka.client = test::kafka_client();
-  rs.kafka.topic = topic;
-  rs.redis = test::redis_settings(ns, convs);
-  rs.redis.port = redis.port;
-  rs.redis.command_timeout_ms = 120000;
+  auto ps = test::projection_settings_for(topic, 1, ns, convs);
+  ps.redis.port = redis.port;
+  // Far beyond the test: only the interrupt can end the calls.
+  ps.redis.command_timeout = 120s;
 
   host_config cfg;
   auto sys = std::make_unique<caf::actor_system>(cfg);
-  auto proj = spawn_projection(*sys, ps, make_real_ports(rs),
-                               std::make_shared<core::json_decoder>());
+  auto proj = spawn_projection(*sys, ps);
   ASSERT_TRUE(proj) << describe(proj.error());
   auto ask_ready = [&] {
     caf::scoped_actor self{*sys};

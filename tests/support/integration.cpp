@@ -90,6 +90,21 @@ redis::settings redis_settings(const std::string& ns, const std::string& convs_p
   return r;
 }
 
+projection_settings projection_settings_for(const std::string& topic, int32_t partitions,
+                                            const std::string& ns,
+                                            const std::string& convs_prefix) {
+  projection_settings s;
+  s.topic = topic;
+  s.partition_count = partitions;
+  s.ns = ns;
+  s.convs_prefix = convs_prefix;
+  s.kafka.bootstrap_servers = env().kafka_bootstrap;
+  s.kafka.client_id = "qsp-test";
+  s.redis.host = env().redis_host;
+  s.redis.port = env().redis_port;
+  return s;
+}
+
 std::unique_ptr<redis::connection> redis_conn() {
   auto c = redis::connection::open(redis_settings("unused", "unused"));
   if (!c)

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/dispatch.hpp"
+#include "qsession/projection/settings.hpp"
 #include "kafka/admin.hpp"
 #include "kafka/producer.hpp"
 #include "redis/connection.hpp"
@@ -33,6 +34,10 @@ std::string unique_name(const std::string& prefix);
 
 kafka::client_settings kafka_client();
 redis::settings redis_settings(const std::string& ns, const std::string& convs_prefix);
+/// Projection settings against the test services.
+projection_settings projection_settings_for(const std::string& topic, int32_t partitions,
+                                            const std::string& ns,
+                                            const std::string& convs_prefix);
 
 /// A connection for checks and direct edits.
 std::unique_ptr<redis::connection> redis_conn();

@@ -1,0 +1,76 @@
+#include "actors/metadata_verifier.hpp"
+
+#include "actors/inspection.hpp"
+
+#include "caf/event_based_actor.hpp"
+
+namespace qsp {
+
+// -- metadata verifier --------------------------------------------------------
+
+caf::expected<verified_start> verifier_state::run(const projection_settings& cfg,
+                                                  generation& gen) {
+  // Every handle is made here, on the verifier's own thread in production:
+  // rd_kafka_new starts threads and may block.
+  auto log = gen.ports->make_dispatch_log();
+  if (!log)
+    return log.error();
+  gen.log = std::move(*log);
+  auto made_broker = gen.ports->make_inspector();
+  if (!made_broker)
+    return made_broker.error();
+  std::shared_ptr<broker_inspector> broker = std::move(*made_broker);
+  auto made = gen.ports->make_checkpoint_store();
+  if (!made)
+    return made.error();
+  std::shared_ptr<checkpoint_store> store = std::move(*made);
+  gen.track(store);
+  auto r = inspect_startup(cfg, *broker, *store);
+  if (!r)
+    return r.error();
+  if (!r->ok())
+    return refusal(r->problems);
+  verified_start vs;
+  vs.id = r->observed;
+  vs.starts = r->plan.starts();
+  vs.checkpoints = r->validated.next_offsets;
+  vs.h0 = r->plan.h0();
+  for (size_t p = 0; p < r->broker.true_high.size(); ++p)
+    vs.true_high[static_cast<int32_t>(p)] = r->broker.true_high[p];
+  vs.retention_ms = r->broker.retention_ms;
+  // Create the consumer with the explicit starts; it checks [low, high] itself.
+  if (auto started = gen.log->start(vs.starts); !started)
+    return started.error();
+  // Identity must be unchanged between the inspection and the consumer's readiness.
+  auto again = broker->identity(cfg.topic);
+  if (!again)
+    return again.error();
+  if (auto err = identity_mismatch(vs.id, *again, "during startup"))
+    return err;
+  // Meta is created only once everything above is proven, so a refused
+  // startup leaves nothing behind.
+  if (!r->validated.meta_present) {
+    auto created = store->create_meta(vs.id);
+    if (!created)
+      return created.error();
+    vs.meta_created = *created;
+  }
+  gen.checkpoints = std::move(store);
+  gen.broker = std::move(broker); // the identity fence's, from now on
+  return vs;
+}
+
+verifier_actor::behavior_type
+metadata_verifier(verifier_actor::stateful_pointer<verifier_state> self, projection_settings cfg,
+                  std::shared_ptr<generation> gen) {
+  return {
+    [=](atom::verify) -> caf::result<verified_start> {
+      auto vs = self->state.run(cfg, *gen);
+      if (!vs)
+        return vs.error();
+      return std::move(*vs);
+    },
+  };
+}
+
+} // namespace qsp

@@ -1,0 +1,228 @@
+// projection_settings::validate and the CAF option helpers
+// (qsession/projection/options.hpp).
+#include "qsession/projection/options.hpp"
+
+#include <fstream>
+
+#include "caf/config_option_adder.hpp"
+#include "caf/settings.hpp"
+
+#include "qsession/projection/types.hpp"
+
+namespace qsp {
+
+namespace {
+
+caf::error bad(const std::string& key, const std::string& what) {
+  return caf::make_error(ec::invalid_config, key + ": " + what);
+}
+
+int64_t ms(caf::timespan t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(t).count();
+}
+
+std::string prefixed(const std::string& group, const char* category) {
+  return group.empty() ? std::string{category} : group + "." + category;
+}
+
+} // namespace
+
+caf::error projection_settings::validate() const {
+  if (topic.empty())
+    return bad("projection.dispatch-topic", "required, a Kafka topic name");
+  if (partition_count <= 0 || partition_count > 100000)
+    return bad("projection.partition-count",
+               "required, an integer in [1, 100000], got " + std::to_string(partition_count));
+  if (ns.empty())
+    return bad("projection.namespace", "must not be empty");
+  if (convs_prefix.empty())
+    return bad("projection.convs-prefix", "must not be empty");
+  if (max_batch_records == 0 || max_batch_records > 1000000)
+    return bad("projection.max-batch-records",
+               "an integer in [1, 1000000], got " + std::to_string(max_batch_records));
+  if (max_batches_in_flight == 0 || max_batches_in_flight > 64)
+    return bad("projection.max-batches-in-flight",
+               "an integer in [1, 64], got " + std::to_string(max_batches_in_flight));
+  if (idle_poll.count() <= 0)
+    return bad("projection.idle-poll", "a duration > 0");
+  if (backoff_initial.count() <= 0 || backoff_max < backoff_initial)
+    return bad("projection.backoff-*", "need 0 < initial <= max");
+  if (progress_interval.count() <= 0)
+    return bad("projection.progress-interval", "a duration > 0");
+  if (ms(identity_check_interval) < 10 || identity_check_interval > std::chrono::hours(1))
+    return bad("projection.identity-check-interval",
+               "a duration in [10ms, 1h], got " + std::to_string(ms(identity_check_interval)) + "ms");
+  if (identity_check_min_gap.count() < 0 || identity_check_min_gap > identity_check_interval)
+    return bad("projection.identity-check-min-gap",
+               "a duration in [0, projection.identity-check-interval], got "
+                 + std::to_string(ms(identity_check_min_gap)) + "ms");
+  if (ms(shutdown_timeout) < 1 || shutdown_timeout > std::chrono::hours(1))
+    return bad("projection.shutdown-timeout",
+               "a duration in [1ms, 1h], got " + std::to_string(ms(shutdown_timeout)) + "ms");
+  if (kafka.bootstrap_servers.empty())
+    return bad("kafka.bootstrap-servers", "must not be empty");
+  if (kafka.timeout.count() <= 0)
+    return bad("kafka.timeout-ms", "an integer > 0");
+  for (auto& [k, v] : kafka.properties)
+    if (k.empty())
+      return bad("kafka.properties", "entries must look like \"key=value\", got one without a key");
+  if (redis.host.empty())
+    return bad("redis.host", "must not be empty");
+  if (redis.port == 0)
+    return bad("redis.port", "an integer in [1, 65535], got 0");
+  if (redis.command_timeout.count() < 1 || redis.command_timeout > std::chrono::hours(1))
+    return bad("redis.command-timeout",
+               "a duration in [1ms, 1h], got " + std::to_string(redis.command_timeout.count()) + "ms");
+  if (redis.connect_timeout.count() < 1 || redis.connect_timeout > std::chrono::hours(1))
+    return bad("redis.connect-timeout",
+               "a duration in [1ms, 1h], got " + std::to_string(redis.connect_timeout.count()) + "ms");
+  return caf::none;
+}
+
+void add_options(caf::config_option_set& opts, const std::string& group) {
+  caf::config_option_adder{opts, prefixed(group, "projection")}
+    .add<std::string>("dispatch-topic", "dispatch topic name (required)")
+    .add<int64_t>("partition-count", "exact expected partition count (required)")
+    .add<std::string>("namespace",
+                      "checkpoint namespace, the Redis key prefix (default: session_projection)")
+    .add<std::string>("convs-prefix", "sorted-set key prefix (default: convs:)")
+    .add<int64_t>("max-batch-records", "records per consumer batch (default: 5000)")
+    .add<int64_t>("max-batches-in-flight",
+                  "batches per partition sent to Redis and not yet confirmed (default: 2)")
+    .add<caf::timespan>("identity-check-interval",
+                        "re-check the broker identity (cluster id, topic id, partition count) at "
+                        "least this often while running, in [10ms, 1h] (default: 1s)")
+    .add<caf::timespan>("identity-check-min-gap",
+                        "least time between two identity checks while checkpoints wait for one, "
+                        "in [0, identity-check-interval] (default: 50ms)")
+    .add<caf::timespan>("shutdown-timeout",
+                        "how long a shutdown waits for the actors and I/O to stop (default: 10s)")
+    .add<bool>("allow-shared-convs-prefix",
+               "allow a second projection in one process to write the same convs-prefix on the "
+               "same Redis under another namespace (default: false)");
+  caf::config_option_adder{opts, prefixed(group, "kafka")}
+    .add<std::string>("bootstrap-servers", "broker list (default: 127.0.0.1:9092)")
+    .add<std::string>("client-id", "librdkafka client.id (default: qsession-projection)")
+    .add<std::string>("group-id",
+                      "librdkafka group.id, identity only, never committed (default: "
+                      "qsession-projection)")
+    .add<std::vector<std::string>>("properties",
+                                   "extra librdkafka properties, [\"key=value\", ...] (default: none)")
+    .add<int64_t>("timeout-ms", "admin/metadata request timeout (default: 10000)");
+  caf::config_option_adder{opts, prefixed(group, "redis")}
+    .add<std::string>("host", "Redis host (default: 127.0.0.1)")
+    .add<int64_t>("port", "Redis port (default: 6379)")
+    .add<std::string>("username", "ACL user (empty: default)")
+    .add<std::string>("password", "password, never logged (prefer password-file; default: none)")
+    .add<std::string>("password-file", "file holding the password")
+    .add<bool>("tls", "connect over TLS (a flag; default: false)")
+    .add<std::string>("tls-ca-file", "CA bundle for TLS")
+    .add<std::string>("tls-cert-file", "client certificate for TLS")
+    .add<std::string>("tls-key-file", "client key for TLS")
+    .add<std::string>("tls-server-name", "SNI / verified server name")
+    .add<caf::timespan>("command-timeout",
+                        "deadline of every Redis exchange, pipelined ZADD replies included, with "
+                        "a unit, e.g. 5s or 500ms (default: 5s)")
+    .add<caf::timespan>("connect-timeout", "connect deadline, with a unit (default: 3s)")
+    .add<int64_t>("timeout-ms", "deprecated: command-timeout in milliseconds")
+    .add<bool>("allow-eviction",
+               "a flag: start although maxmemory-policy is not noeviction, only if maxmemory can "
+               "never be reached (default: false)");
+}
+
+caf::expected<projection_settings> read_settings(const caf::settings& content,
+                                                 const std::string& group) {
+  projection_settings s;
+  auto key = [&](const char* category, const char* name) {
+    return prefixed(group, category) + "." + name;
+  };
+  auto get = [&](const char* category, const char* name, auto fallback) {
+    return caf::get_or(content, key(category, name), fallback);
+  };
+  auto in_range = [&](const char* category, const char* name, int64_t fallback, int64_t lo,
+                      int64_t hi, int64_t& out) -> caf::error {
+    out = get(category, name, fallback);
+    if (out < lo || out > hi)
+      return bad(key(category, name), "an integer in [" + std::to_string(lo) + ", "
+                                        + std::to_string(hi) + "], got " + std::to_string(out));
+    return caf::none;
+  };
+  int64_t n = 0;
+  s.topic = get("projection", "dispatch-topic", s.topic);
+  if (auto err = in_range("projection", "partition-count", 0, 1, 100000, n))
+    return err;
+  s.partition_count = static_cast<int32_t>(n);
+  s.ns = get("projection", "namespace", s.ns);
+  s.convs_prefix = get("projection", "convs-prefix", s.convs_prefix);
+  if (auto err = in_range("projection", "max-batch-records",
+                          static_cast<int64_t>(s.max_batch_records), 1, 1000000, n))
+    return err;
+  s.max_batch_records = static_cast<size_t>(n);
+  if (auto err = in_range("projection", "max-batches-in-flight",
+                          static_cast<int64_t>(s.max_batches_in_flight), 1, 64, n))
+    return err;
+  s.max_batches_in_flight = static_cast<size_t>(n);
+  s.identity_check_interval = get("projection", "identity-check-interval", s.identity_check_interval);
+  s.identity_check_min_gap = get("projection", "identity-check-min-gap", s.identity_check_min_gap);
+  s.shutdown_timeout = get("projection", "shutdown-timeout", s.shutdown_timeout);
+  s.allow_shared_convs_prefix = get("projection", "allow-shared-convs-prefix", false);
+
+  auto& k = s.kafka;
+  k.bootstrap_servers = get("kafka", "bootstrap-servers", k.bootstrap_servers);
+  k.client_id = get("kafka", "client-id", k.client_id);
+  k.group_id = get("kafka", "group-id", k.group_id);
+  if (auto err = in_range("kafka", "timeout-ms", k.timeout.count(), 1, 3600 * 1000, n))
+    return err;
+  k.timeout = std::chrono::milliseconds(n);
+  for (auto& kv : get("kafka", "properties", std::vector<std::string>{})) {
+    auto eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0)
+      return bad(key("kafka", "properties"),
+                 "entries must look like \"key=value\", got one without '='");
+    k.properties.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
+  }
+
+  auto& r = s.redis;
+  r.host = get("redis", "host", r.host);
+  if (auto err = in_range("redis", "port", r.port, 1, 65535, n))
+    return err;
+  r.port = static_cast<uint16_t>(n);
+  r.username = get("redis", "username", r.username);
+  r.password = get("redis", "password", r.password);
+  if (auto file = get("redis", "password-file", std::string{}); !file.empty()) {
+    std::ifstream in{file};
+    if (!in)
+      return bad(key("redis", "password-file"), "cannot read " + file);
+    std::getline(in, r.password);
+  }
+  r.tls = get("redis", "tls", false);
+  r.tls_ca_file = get("redis", "tls-ca-file", std::string{});
+  r.tls_cert_file = get("redis", "tls-cert-file", std::string{});
+  r.tls_key_file = get("redis", "tls-key-file", std::string{});
+  r.tls_server_name = get("redis", "tls-server-name", std::string{});
+  auto command = get("redis", "command-timeout",
+                     caf::timespan{std::chrono::duration_cast<caf::timespan>(r.command_timeout)});
+  if (auto legacy = get("redis", "timeout-ms", int64_t{0}); legacy != 0) {
+    if (legacy < 0)
+      return bad(key("redis", "timeout-ms"), "an integer > 0");
+    command = std::chrono::milliseconds(legacy);
+  }
+  r.command_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(command);
+  r.connect_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
+    get("redis", "connect-timeout",
+        caf::timespan{std::chrono::duration_cast<caf::timespan>(r.connect_timeout)}));
+  r.allow_eviction = get("redis", "allow-eviction", false);
+
+  if (auto err = s.validate()) {
+    // validate() names keys without the host's group: add it.
+    if (group.empty())
+      return err;
+    auto& ctx = err.context();
+    auto text = ctx.size() == 1 && ctx.match_element<std::string>(0) ? ctx.get_as<std::string>(0)
+                                                                       : describe(err);
+    return caf::make_error(ec::invalid_config, group + "." + text);
+  }
+  return s;
+}
+
+} // namespace qsp

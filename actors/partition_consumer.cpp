@@ -1,0 +1,134 @@
+#include "actors/partition_consumer.hpp"
+
+#include <algorithm>
+
+#include "caf/event_based_actor.hpp"
+
+namespace qsp {
+
+// -- partition consumer -------------------------------------------------------
+
+caf::expected<partition_batch> consumer_state::next_batch(const projection_settings& cfg) {
+  buf.clear();
+  int64_t passed = -1;
+  if (auto ok = reader->poll(cfg.max_batch_records, buf, passed); !ok)
+    return ok.error();
+  partition_batch b;
+  b.partition = partition;
+  b.begin_offset = sent_end;
+  b.end_offset = sent_end;
+  for (auto& rec : buf) {
+    if (rec.offset < sent_end)
+      continue; // already projected (redelivery)
+    core::dispatch d;
+    std::string why;
+    if (!decoder->decode(rec.value, d, why)) {
+      // Project what precedes it; stop exactly at the poison record.
+      poison = caf::make_error(ec::undecodable, "topic " + topic + " partition "
+                                                  + std::to_string(partition) + " offset "
+                                                  + std::to_string(rec.offset) + ": " + why);
+      return b;
+    }
+    b.bytes += rec.value.size();
+    b.records.push_back(std::move(d));
+    b.end_offset = rec.offset + 1;
+  }
+  // Offsets below the EOF position were delivered or are markers/aborted.
+  if (passed > b.end_offset)
+    b.end_offset = passed;
+  return b;
+}
+
+consumer_actor::behavior_type
+partition_consumer(consumer_actor::stateful_pointer<consumer_state> self, projection_settings cfg,
+                   int32_t partition, int64_t start, std::shared_ptr<partition_reader> reader,
+                   std::shared_ptr<const core::decoder> decoder, writer_actor writer) {
+  auto& st = self->state;
+  st.reader = std::move(reader);
+  st.decoder = std::move(decoder);
+  st.topic = cfg.topic;
+  st.partition = partition;
+  st.sent_end = start;
+  // Wake-ups: at most one atom::poll and one atom::tick are queued at any
+  // time (a queued poll sees the latest state when it runs, so a second one
+  // would only duplicate it, and duplicated ticks would multiply), plus the
+  // reader's atom::wake when records arrive on an empty queue.
+  auto poll_now = [=] {
+    auto& st = self->state;
+    if (st.poll_queued)
+      return;
+    st.poll_queued = true;
+    self->send(self, atom::poll_v);
+  };
+  auto tick_later = [=] {
+    auto& st = self->state;
+    if (st.tick_queued)
+      return;
+    st.tick_queued = true;
+    self->delayed_send(self, cfg.idle_poll, atom::tick_v);
+  };
+  // Nothing after an undecodable record: stop once what precedes it is
+  // confirmed and checkpointed.
+  auto stop_at_poison = [=] {
+    auto& st = self->state;
+    if (st.stopping)
+      return;
+    st.stopping = true;
+    self->request(writer, caf::infinite, atom::flush_v, st.partition)
+      .then([=](int64_t) { self->quit(self->state.poison); },
+            [=](caf::error& err) { self->quit(std::move(err)); });
+  };
+  auto poll = [=] {
+    auto& st = self->state;
+    if (st.poison) {
+      if (st.in_flight == 0)
+        stop_at_poison();
+      return;
+    }
+    if (st.in_flight >= cfg.max_batches_in_flight)
+      return; // a confirmation polls again
+    auto b = st.next_batch(cfg);
+    if (!b) {
+      self->quit(b.error());
+      return;
+    }
+    if (b->records.empty() && b->end_offset <= st.sent_end) {
+      if (st.poison && st.in_flight == 0)
+        stop_at_poison();
+      else if (st.in_flight == 0)
+        tick_later();
+      return; // else: the next confirmation polls again
+    }
+    ++st.in_flight;
+    st.sent_end = b->end_offset;
+    self->request(writer, caf::infinite, atom::write_v, std::move(*b))
+      .then(
+        [=](const checkpoint_advanced&) {
+          --self->state.in_flight;
+          poll_now();
+        },
+        [=](caf::error& err) { self->quit(std::move(err)); });
+    // Decode the next batch while the writer writes this one.
+    if (st.in_flight < cfg.max_batches_in_flight && !st.poison)
+      poll_now();
+  };
+  caf::weak_actor_ptr weak = self->ctrl();
+  st.reader->on_data([weak] {
+    if (auto strong = weak.lock())
+      caf::anon_send(caf::actor_cast<caf::actor>(strong), atom::wake_v);
+  });
+  poll_now();
+  return {
+    [=](atom::poll) {
+      self->state.poll_queued = false;
+      poll();
+    },
+    [=](atom::tick) {
+      self->state.tick_queued = false;
+      poll();
+    },
+    [=](atom::wake) { poll(); },
+  };
+}
+
+} // namespace qsp

@@ -1,0 +1,42 @@
+// The partition consumer: polls one partition, decodes, and hands bounded
+// batches to the writer.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+#include "qsession/projection/settings.hpp"
+#include "core/dispatch.hpp"
+#include "messages/actors.hpp"
+#include "ports/ports.hpp"
+#include "caf/stateful_actor.hpp"
+#include "caf/typed_event_based_actor.hpp"
+
+namespace qsp {
+
+// -- partition consumer -------------------------------------------------------
+
+struct consumer_state {
+  static inline const char* name = "partition-consumer";
+  std::shared_ptr<partition_reader> reader;
+  std::shared_ptr<const core::decoder> decoder;
+  std::string topic;
+  int32_t partition = 0;
+  int64_t sent_end = 0;      ///< next offset not yet sent to the writer
+  size_t in_flight = 0;      ///< batches sent, not yet confirmed
+  bool poll_queued = false;  ///< an atom::poll to self is queued
+  bool tick_queued = false;  ///< the idle timer (atom::tick) is running
+  caf::error poison;         ///< an undecodable record after the current batch
+  bool stopping = false;     ///< stopping at the poison record (flush asked)
+  std::vector<log_record> buf;
+
+  /// Reads and decodes what is there.  Returns an empty batch if nothing new.
+  caf::expected<partition_batch> next_batch(const projection_settings& cfg);
+};
+
+consumer_actor::behavior_type
+partition_consumer(consumer_actor::stateful_pointer<consumer_state> self, projection_settings cfg,
+                   int32_t partition, int64_t start, std::shared_ptr<partition_reader> reader,
+                   std::shared_ptr<const core::decoder> decoder, writer_actor writer);
+
+} // namespace qsp

@@ -1,0 +1,283 @@
+#include "actors/redis_writer.hpp"
+
+#include <algorithm>
+
+#include "caf/event_based_actor.hpp"
+
+namespace qsp {
+
+namespace {
+
+uint64_t elapsed_ns(caf::actor_clock::time_point since, caf::actor_clock::time_point now) {
+  return static_cast<uint64_t>(
+    std::chrono::duration_cast<std::chrono::nanoseconds>(now - since).count());
+}
+
+} // namespace
+
+// -- redis writer -------------------------------------------------------------
+
+const std::vector<session_update>& writer_state::coalesce(const partition_batch& b) {
+  // Views into the batch, grouped by (user, conversation) via a sort on
+  // precomputed hashes: no allocation once the scratch vectors are warm.
+  refs.clear();
+  std::hash<std::string_view> h;
+  for (auto& d : b.records) {
+    std::string_view conv = d.conversation_id;
+    auto hc = h(conv);
+    for (auto& user : d.recipients)
+      refs.push_back(member_ref{h(user), hc, user, conv, d.created_at});
+  }
+  std::sort(refs.begin(), refs.end(), [](const member_ref& x, const member_ref& y) {
+    if (x.user_hash != y.user_hash) return x.user_hash < y.user_hash;
+    if (x.user != y.user) return x.user < y.user;
+    if (x.conv_hash != y.conv_hash) return x.conv_hash < y.conv_hash;
+    if (x.conv != y.conv) return x.conv < y.conv;
+    return x.score > y.score;  // the first of a (user, conversation) run is its max
+  });
+  members.clear();
+  members.reserve(refs.size());  // updates point into it: no reallocation below
+  updates.clear();
+  for (size_t i = 0; i < refs.size();) {
+    size_t first = members.size();
+    auto user = refs[i].user;
+    auto uh = refs[i].user_hash;
+    while (i < refs.size() && refs[i].user_hash == uh && refs[i].user == user) {
+      auto& r = refs[i];
+      if (members.size() == first || members.back().conversation != r.conv)
+        members.push_back(session_member{r.conv, r.score});
+      ++i;
+    }
+    updates.push_back(session_update{user, members.data() + first, members.size() - first});
+  }
+  return updates;
+}
+
+caf::expected<bool> writer_state::send(const partition_batch& b,
+                                       caf::actor_clock::time_point t0) {
+  auto& last = sent[b.partition];
+  if (b.end_offset <= (last < 0 ? b.begin_offset : last) && b.records.empty())
+    return false; // nothing new: no ZADD, no checkpoint
+  if (!sessions) {
+    auto s = gen->ports->make_session_store();
+    if (!s)
+      return s.error();
+    sessions = std::move(*s);
+    gen->track(sessions);
+  }
+  auto& ups = coalesce(b);
+  if (!ups.empty())
+    if (auto ok = sessions->send(ups); !ok)
+      return ok.error();
+  in_flight f;
+  f.partition = b.partition;
+  f.end_offset = b.end_offset;
+  f.records = b.records.size();
+  for (auto& u : ups)
+    f.recipient_writes += u.count;
+  f.zadds = ups.size();
+  f.fence_tag = fence_requests;
+  f.t0 = t0;
+  pending.push_back(std::move(f));
+  last = b.end_offset;
+  return true;
+}
+
+bool writer_state::busy(int32_t p) const {
+  auto of_p = [p](const in_flight& f) { return f.partition == p; };
+  return std::any_of(pending.begin(), pending.end(), of_p)
+         || std::any_of(fenced.begin(), fenced.end(), of_p);
+}
+
+caf::expected<bool> writer_state::confirm_oldest(std::chrono::milliseconds wait) {
+  auto& f = pending.front();
+  if (f.zadds == 0)
+    return true;
+  return sessions->confirm(f.zadds, wait);
+}
+
+caf::expected<std::vector<checkpoint_advanced>>
+writer_state::checkpoint_fenced(uint64_t answered, caf::actor_clock::time_point now) {
+  // Batches of a partition are in offset order: its last one is its highest.
+  std::map<int32_t, checkpoint_advanced> next;
+  size_t covered = 0;
+  for (auto& f : fenced) {
+    if (f.fence_tag >= answered)
+      break;
+    auto& cp = next[f.partition];
+    cp.partition = f.partition;
+    cp.next_offset = f.end_offset;
+    cp.records += f.records;
+    cp.recipient_writes += f.recipient_writes;
+    ++covered;
+  }
+  std::vector<checkpoint_advanced> out;
+  for (auto& [p, cp] : next) {
+    // Every reply of every batch up to cp.next_offset was read and none was
+    // an error, and the identity was confirmed after they were fetched.
+    auto& cur = stored[p];
+    if (auto ok = gen->checkpoints->write_checkpoint(id, p, cur, cp.next_offset); !ok)
+      return ok.error();
+    cur = cp.next_offset;
+    stats->records += cp.records;
+    stats->recipient_writes += cp.recipient_writes;
+    out.push_back(cp);
+  }
+  for (; covered > 0; --covered) {
+    stats->batches += 1;
+    stats->observe_batch_latency(elapsed_ns(fenced.front().t0, now));
+    fenced.pop_front();
+  }
+  return out;
+}
+
+namespace {
+
+using writer_pointer = writer_actor::stateful_pointer<writer_state>;
+
+// Any failure ends this writer (and so the generation): the pipelined
+// connection's state is unknown, and no later checkpoint may be written.
+void writer_fail(writer_pointer self, const caf::error& err) {
+  auto& st = self->state;
+  for (auto& f : st.pending)
+    f.rp.deliver(err);
+  st.pending.clear();
+  st.fenced.clear();
+  for (auto& [p, rp] : st.flushes)
+    rp.deliver(err);
+  st.flushes.clear();
+  self->quit(err);
+}
+
+// Answers the flush requests of partitions with nothing in flight.
+void answer_flushes(writer_pointer self) {
+  auto& st = self->state;
+  for (auto i = st.flushes.begin(); i != st.flushes.end();) {
+    if (st.busy(i->first)) {
+      ++i;
+      continue;
+    }
+    i->second.deliver(st.stored[i->first]);
+    i = st.flushes.erase(i);
+  }
+}
+
+// Asks the identity fence for a check that starts after the newest batch in
+// `fenced` was fetched, unless a request was already sent after it arrived.
+// Requests may overlap: the fence answers them in order, and every request
+// waiting when a check starts is answered by that check, so a checkpoint
+// waits for at most the next check, not for the one after it.
+void request_fence(writer_pointer self, fence_actor fence, aggregator_actor aggregator) {
+  auto& st = self->state;
+  if (st.fenced.empty() || st.fenced.back().fence_tag < st.fence_requests)
+    return;
+  auto k = ++st.fence_requests;
+  self->request(fence, caf::infinite, atom::check_v)
+    .then(
+      [=](uint64_t) {
+        auto& st = self->state;
+        auto cps = st.checkpoint_fenced(k, self->clock().now());
+        if (!cps) {
+          writer_fail(self, cps.error());
+          return;
+        }
+        for (auto& cp : *cps)
+          self->send(aggregator, atom::progress_v, cp);
+        answer_flushes(self);
+      },
+      [=](caf::error& err) { writer_fail(self, err); });
+}
+
+} // namespace
+
+writer_actor::behavior_type
+redis_writer(writer_actor::stateful_pointer<writer_state> self, projection_settings cfg,
+             verified_start vs, std::shared_ptr<generation> gen, aggregator_actor aggregator,
+             fence_actor fence, std::shared_ptr<metrics> stats) {
+  auto& st = self->state;
+  st.gen = std::move(gen);
+  st.id = vs.id;
+  st.stats = std::move(stats);
+  // Partitions without a stored checkpoint start from "absent" (bootstrap).
+  for (auto& [p, start] : vs.starts) {
+    auto i = vs.checkpoints.find(p);
+    st.sent[p] = st.stored[p] = i != vs.checkpoints.end() ? i->second : -1;
+  }
+  return {
+    [=](atom::write, const partition_batch& b) -> caf::result<checkpoint_advanced> {
+      auto& st = self->state;
+      auto queued = st.send(b, self->clock().now());
+      if (!queued) {
+        writer_fail(self, queued.error());
+        return queued.error();
+      }
+      if (!*queued) {
+        auto last = st.sent[b.partition];
+        return checkpoint_advanced{b.partition, last < 0 ? b.begin_offset : last, 0, 0};
+      }
+      // Replies are read on the confirm loop (atom::poll), between writes:
+      // the next batch goes out while Redis still works on this one.
+      if (!st.confirming) {
+        st.confirming = true;
+        self->send(self, atom::poll_v);
+      }
+      auto rp = self->make_response_promise<checkpoint_advanced>();
+      st.pending.back().rp = rp;
+      return rp;
+    },
+    [=](atom::flush, int32_t partition) -> caf::result<int64_t> {
+      auto& st = self->state;
+      if (!st.busy(partition))
+        return st.stored[partition];
+      auto rp = self->make_response_promise<int64_t>();
+      st.flushes.emplace(partition, rp);
+      return rp;
+    },
+    [=](atom::poll) {
+      auto& st = self->state;
+      if (st.pending.empty()) {
+        st.confirming = false;
+        return;
+      }
+      // Block briefly for replies only when no write is waiting.
+      auto wait = self->mailbox().empty() ? st.confirm_wait : std::chrono::milliseconds{0};
+      auto polled_at = self->clock().now();
+      auto done = st.confirm_oldest(wait);
+      if (!done) {
+        writer_fail(self, done.error());
+        return;
+      }
+      if (*done) {
+        auto f = std::move(st.pending.front());
+        st.pending.pop_front();
+        // The consumer may send more; the checkpoint waits for the fence.
+        f.rp.deliver(checkpoint_advanced{f.partition, f.end_offset, f.records,
+                                         f.recipient_writes});
+        st.fenced.push_back(std::move(f));
+        request_fence(self, fence, aggregator);
+      } else if (self->clock().now() - st.pending.front().t0 > cfg.redis.command_timeout) {
+        auto& f = st.pending.front();
+        writer_fail(self, caf::make_error(
+                            ec::redis_unavailable,
+                            "no reply from Redis to the " + std::to_string(f.zadds)
+                              + " ZADDs of partition " + std::to_string(f.partition)
+                              + " up to offset " + std::to_string(f.end_offset) + " within "
+                              + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                 cfg.redis.command_timeout).count())
+                              + " ms (redis.command-timeout)"));
+        return;
+      }
+      if (st.pending.empty()) {
+        st.confirming = false;
+      } else if (auto spent = self->clock().now() - polled_at; !*done && spent < wait) {
+        // The store answered "not yet" without waiting (it cannot block, as
+        // in the deterministic tests): try again once `wait` has passed.
+        self->delayed_send(self, wait - spent, atom::poll_v);
+      } else {
+        self->send(self, atom::poll_v); // behind the writes that arrived meanwhile
+      }
+    },
+  };
+}
+
+} // namespace qsp

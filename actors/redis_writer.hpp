@@ -1,0 +1,93 @@
+// The Redis writer: coalesced, pipelined ZADD GT, every reply verified, then
+// the guarded checkpoint write once the identity fence has answered.
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <map>
+#include <string_view>
+#include <vector>
+#include "actors/generation.hpp"
+#include "qsession/projection/metrics.hpp"
+#include "qsession/projection/settings.hpp"
+#include "messages/actors.hpp"
+#include "caf/stateful_actor.hpp"
+#include "caf/typed_event_based_actor.hpp"
+#include "caf/typed_response_promise.hpp"
+
+namespace qsp {
+
+// -- redis writer -------------------------------------------------------------
+
+struct writer_state {
+  static inline const char* name = "redis-writer";
+  std::shared_ptr<generation> gen;
+  std::shared_ptr<session_store> sessions;
+  core::identity id;
+  /// The end offset of the last batch sent per partition (-1: no checkpoint
+  /// stored yet): batches that add nothing are answered at once.
+  std::map<int32_t, int64_t> sent;
+  /// The checkpoint stored per partition (-1: absent): the guard of the next
+  /// checkpoint write, which only this writer advances.
+  std::map<int32_t, int64_t> stored;
+  /// A confirm loop (atom::poll to self) is running.
+  bool confirming = false;
+  /// How long the confirm loop blocks for replies when no write is waiting.
+  std::chrono::milliseconds confirm_wait{2};
+  /// Identity-fence requests sent so far.
+  uint64_t fence_requests = 0;
+  std::shared_ptr<metrics> stats;
+  // Scratch, reused across batches.
+  struct member_ref {
+    uint64_t user_hash, conv_hash;
+    std::string_view user, conv;
+    int64_t score;
+  };
+  std::vector<member_ref> refs;
+  std::vector<session_member> members;
+  std::vector<session_update> updates;
+
+  /// A batch from its send to its checkpoint.
+  struct in_flight {
+    int32_t partition = 0;
+    int64_t end_offset = 0;
+    uint64_t records = 0;
+    uint64_t recipient_writes = 0;
+    size_t zadds = 0;
+    /// Fence requests sent before this batch arrived: its checkpoint needs
+    /// the answer to a later request (a check that started after its fetch).
+    uint64_t fence_tag = 0;
+    caf::actor_clock::time_point t0;
+    caf::typed_response_promise<checkpoint_advanced> rp;
+  };
+  /// Batches whose ZADDs are sent but not yet confirmed, oldest first.
+  std::deque<in_flight> pending;
+  /// Batches whose ZADDs are confirmed, waiting for the identity fence.
+  std::deque<in_flight> fenced;
+  /// flush requests per partition, answered once it has nothing in flight.
+  std::multimap<int32_t, caf::typed_response_promise<int64_t>> flushes;
+  /// True if a batch of `p` is pending or waits for the fence.
+  bool busy(int32_t p) const;
+  /// Coalesces a batch into one update per user (max score per member).
+  const std::vector<session_update>& coalesce(const partition_batch& b);
+  /// Coalesces and sends the batch's ZADDs without awaiting their replies
+  /// and queues it in `pending`; false when the batch carries nothing new.
+  /// The caller sets the queued entry's promise.
+  caf::expected<bool> send(const partition_batch& b, caf::actor_clock::time_point t0);
+  /// Reads the oldest pending batch's ZADD replies (waiting at most `wait`).
+  /// False: the replies are not all in yet.  An error means no checkpoint
+  /// for it or any later batch.
+  caf::expected<bool> confirm_oldest(std::chrono::milliseconds wait);
+  /// Writes the checkpoints of every batch in `fenced` whose tag is below
+  /// `answered` (one guarded write per partition, to its highest end),
+  /// counts them in the metrics and drops them from `fenced`.
+  caf::expected<std::vector<checkpoint_advanced>>
+  checkpoint_fenced(uint64_t answered, caf::actor_clock::time_point now);
+};
+
+writer_actor::behavior_type
+redis_writer(writer_actor::stateful_pointer<writer_state> self, projection_settings cfg,
+             verified_start vs, std::shared_ptr<generation> gen, aggregator_actor aggregator,
+             fence_actor fence, std::shared_ptr<metrics> stats);
+
+} // namespace qsp

@@ -1,0 +1,102 @@
+// The public spawn_projection (qsession/projection/projection.hpp): the real
+// adapters built from one settings struct, the projection's own log, its I/O
+// token, and the check that no two live projections of this process merge
+// their tenants' session sets.
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "actors/projection.hpp"
+#include "adapters/real_ports.hpp"
+#include "core/dispatch.hpp"
+#include "qsession/projection/projection.hpp"
+
+namespace qsp {
+
+namespace {
+
+/// The live projections of this process by (Redis endpoint, convs prefix):
+/// their namespaces.  The one piece of process-wide state, and only ever
+/// touched at spawn and at the end of a projection.
+class prefix_claims {
+public:
+  using key = std::tuple<std::string, uint16_t, std::string>;
+
+  /// The namespace already writing `k` under another name, or "".
+  std::string claim(const key& k, const std::string& ns) {
+    std::lock_guard<std::mutex> guard{mtx_};
+    auto& owners = claims_[k];
+    for (auto& [other, count] : owners)
+      if (other != ns && count > 0)
+        return other;
+    owners[ns] += 1;
+    return {};
+  }
+
+  void force(const key& k, const std::string& ns) {
+    std::lock_guard<std::mutex> guard{mtx_};
+    claims_[k][ns] += 1;
+  }
+
+  void release(const key& k, const std::string& ns) {
+    std::lock_guard<std::mutex> guard{mtx_};
+    auto i = claims_.find(k);
+    if (i == claims_.end())
+      return;
+    if (--i->second[ns] <= 0)
+      i->second.erase(ns);
+    if (i->second.empty())
+      claims_.erase(i);
+  }
+
+private:
+  std::mutex mtx_;
+  std::map<key, std::map<std::string, int>> claims_;
+};
+
+prefix_claims& claims() {
+  static prefix_claims instance;
+  return instance;
+}
+
+} // namespace
+
+caf::expected<projection_actor> spawn_projection(caf::actor_system& sys,
+                                                 const projection_settings& settings,
+                                                 spawn_options opts) {
+  if (auto err = settings.validate())
+    return err;
+  prefix_claims::key k{settings.redis.host, settings.redis.port, settings.convs_prefix};
+  if (settings.allow_shared_convs_prefix) {
+    claims().force(k, settings.ns);
+  } else if (auto other = claims().claim(k, settings.ns); !other.empty()) {
+    return caf::make_error(
+      ec::invalid_config,
+      "projection.convs-prefix: \"" + settings.convs_prefix + "\" on " + settings.redis.host + ":"
+        + std::to_string(settings.redis.port) + " is already written by the projection of namespace "
+        + other + " in this process; namespace " + settings.ns
+        + " would merge its users' session sets with it (give each tenant its own convs-prefix, "
+          "or set projection.allow-shared-convs-prefix)");
+  }
+  auto stats = opts.stats ? opts.stats : std::make_shared<metrics>();
+  auto logs = std::make_shared<const projection_log>(
+    opts.logger, projection_log::tag_of(settings.topic, settings.ns));
+  auto io = std::make_shared<int>(0);
+  projection_options popts;
+  popts.logs = logs;
+  popts.io = io;
+  popts.on_end = [k, ns = settings.ns] { claims().release(k, ns); };
+  real_ports_options ropts;
+  ropts.stats = stats;
+  ropts.logs = logs;
+  ropts.io = std::move(io);
+  auto ports = make_real_ports(settings, std::move(ropts));
+  auto proj = spawn_projection(sys, settings, std::move(ports),
+                               std::make_shared<core::json_decoder>(), std::move(stats),
+                               std::move(popts));
+  if (!proj)
+    claims().release(k, settings.ns);
+  return proj;
+}
+
+} // namespace qsp

@@ -1,0 +1,33 @@
+# Install rules and the relocatable package config (QSP_INSTALL):
+#   find_package(QsessionProjection 0.2 REQUIRED)
+#   target_link_libraries(host PRIVATE qsession::projection)
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+set(qsp_cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/QsessionProjection)
+
+install(TARGETS qsession_projection EXPORT QsessionProjectionTargets
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+        FILES_MATCHING PATTERN "*.hpp")
+install(FILES ${PROJECT_BINARY_DIR}/include/qsession/projection/config.hpp
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/qsession/projection)
+install(EXPORT QsessionProjectionTargets NAMESPACE qsession:: DESTINATION ${qsp_cmake_dir})
+
+# The private librdkafka and hiredis (static, from scripts/bootstrap) go into
+# the same prefix, so the installed package is whole and relocatable.
+option(QSP_INSTALL_DEPS "Install the private librdkafka/hiredis next to the library" ON)
+if(QSP_INSTALL_DEPS AND EXISTS "${QSP_DEPS_PREFIX}/lib")
+  install(DIRECTORY ${QSP_DEPS_PREFIX}/lib/ DESTINATION ${CMAKE_INSTALL_LIBDIR}
+          PATTERN "pkgconfig" EXCLUDE)
+  install(DIRECTORY ${QSP_DEPS_PREFIX}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+endif()
+
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/QsessionProjectionConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/QsessionProjectionConfig.cmake INSTALL_DESTINATION ${qsp_cmake_dir})
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/QsessionProjectionConfigVersion.cmake
+  COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/QsessionProjectionConfig.cmake
+              ${PROJECT_BINARY_DIR}/QsessionProjectionConfigVersion.cmake
+              ${PROJECT_SOURCE_DIR}/cmake/FindCAF.cmake
+        DESTINATION ${qsp_cmake_dir})

@@ -1,0 +1,75 @@
+// The projection's handle and lifecycle, for the standalone node and for
+// hosts that embed it in their own CAF actor system (docs/EMBEDDING.md).
+//
+//   qsp::register_types(cfg);                 // before the actor_system exists
+//   auto proj = qsp::spawn_projection(sys, settings);      // caf::expected
+//   self->send(*proj, qsp::atom::subscribe_v, listener);   // status pushes
+//   self->request(*proj, t, qsp::atom::pull_v, user, limit) // PULL_SESSION_LIST
+//   self->request(*proj, t, qsp::atom::shutdown_v)         // ok once all I/O stopped
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "caf/actor_system.hpp"
+#include "caf/actor_system_config.hpp"
+#include "caf/expected.hpp"
+#include "caf/replies_to.hpp"
+#include "caf/typed_actor.hpp"
+
+#include "qsession/projection/metrics.hpp"
+#include "qsession/projection/settings.hpp"
+#include "qsession/projection/types.hpp"
+
+namespace spdlog {
+class logger;
+} // namespace spdlog
+
+namespace qsp {
+
+/// What a subscriber receives: (atom::status, projection_status) on every
+/// change of state, and once right after it subscribed.  The sender is the
+/// projection; the status names its topic and namespace.
+using status_listener = caf::typed_actor<caf::reacts_to<atom::status, projection_status>>;
+
+/// The projection's public handle.
+/// - `status`: a snapshot, with per-partition progress.
+/// - `pull`: the PULL_SESSION_LIST gate: a user's conversations, newest first
+///   (at most `limit`), or ec::not_ready until every partition reached H0.
+/// - `subscribe` / `unsubscribe`: status pushes.  Subscribers are monitored
+///   and dropped when they terminate.
+/// - `shutdown`: stops the projection; answers caf::ok_atom once every actor
+///   and every blocking call of it has stopped, or ec::shutting_down after
+///   projection.shutdown-timeout.  The projection is gone either way.
+using projection_actor = caf::typed_actor<
+  caf::replies_to<atom::status>::with<projection_status>,
+  caf::replies_to<atom::pull, std::string, uint32_t>::with<session_list>,
+  caf::reacts_to<atom::subscribe, status_listener>,
+  caf::reacts_to<atom::unsubscribe, status_listener>,
+  caf::replies_to<atom::shutdown>::with<caf::ok_atom>>;
+
+/// Registers the projection's message types and its error renderer (CAF
+/// prints `qsp` errors by name) with a host's config, before the system is
+/// created.
+void register_types(caf::actor_system_config& cfg);
+
+struct spawn_options {
+  /// Where the projection logs; every line names its topic and namespace.
+  /// Null: a logger of its own on stderr (never registered with spdlog, never
+  /// spdlog's default).  librdkafka's log lines go here too.
+  std::shared_ptr<spdlog::logger> logger;
+  /// Counters and histograms the host may export; null: the projection's own.
+  std::shared_ptr<metrics> stats;
+};
+
+/// Validates `settings`, builds the Kafka and Redis adapters from them and
+/// spawns the projection, which starts at once (verifying, catching up,
+/// ready).  Refuses (ec::invalid_config) a second live projection in this
+/// process writing the same convs-prefix on the same Redis under another
+/// namespace, unless settings.allow_shared_convs_prefix.
+caf::expected<projection_actor> spawn_projection(caf::actor_system& sys,
+                                                 const projection_settings& settings,
+                                                 spawn_options opts = {});
+
+} // namespace qsp

@@ -1,0 +1,87 @@
+// The projection's one settings struct: everything spawn_projection needs,
+// validated before anything is spawned.  Fill it in code, or declare the
+// projection's options on a CAF config and read them back
+// (qsession/projection/options.hpp), which is what the standalone node does.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "caf/error.hpp"
+#include "caf/timespan.hpp"
+
+namespace qsp {
+
+/// The Kafka client (librdkafka) of the projection.
+struct kafka_settings {
+  std::string bootstrap_servers = "127.0.0.1:9092";  ///< kafka.bootstrap-servers
+  std::string client_id = "qsession-projection";     ///< kafka.client-id
+  /// kafka.group-id: identifies the client only; offsets are never committed.
+  std::string group_id = "qsession-projection";
+  /// kafka.properties: extra librdkafka properties (security.protocol, sasl.*,
+  /// ssl.*, ...).  The ones the guarantees depend on are refused.
+  std::vector<std::pair<std::string, std::string>> properties;
+  std::chrono::milliseconds timeout{10000};  ///< kafka.timeout-ms: admin/metadata requests
+};
+
+/// The Redis server holding checkpoints and session sets.
+struct redis_settings {
+  std::string host = "127.0.0.1";  ///< redis.host
+  uint16_t port = 6379;            ///< redis.port
+  std::string username;            ///< redis.username (empty: the default user)
+  std::string password;            ///< redis.password / redis.password-file; never logged
+  bool tls = false;                ///< redis.tls
+  std::string tls_ca_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_server_name;
+  /// redis.connect-timeout
+  std::chrono::milliseconds connect_timeout{3000};
+  /// redis.command-timeout: the deadline of every exchange, pipelined ZADD
+  /// replies included; a batch unconfirmed for longer fails the writer.
+  std::chrono::milliseconds command_timeout{5000};
+  /// redis.allow-eviction: start although maxmemory-policy is not noeviction.
+  bool allow_eviction = false;
+};
+
+struct projection_settings {
+  std::string topic;               ///< projection.dispatch-topic (required)
+  int32_t partition_count = 0;     ///< projection.partition-count (required)
+  std::string ns = "session_projection";  ///< projection.namespace
+  std::string convs_prefix = "convs:";    ///< projection.convs-prefix
+  size_t max_batch_records = 5000;        ///< projection.max-batch-records
+  /// projection.max-batches-in-flight: batches a consumer may have sent to
+  /// the writer and not yet seen confirmed.
+  size_t max_batches_in_flight = 2;
+  /// A consumer's safety-net poll while no records arrive (records and
+  /// partition EOFs wake it at once through librdkafka's queue callback).
+  caf::timespan idle_poll = std::chrono::milliseconds(500);
+  caf::timespan backoff_initial = std::chrono::milliseconds(200);
+  caf::timespan backoff_max = std::chrono::seconds(30);
+  caf::timespan progress_interval = std::chrono::seconds(5);
+  /// projection.identity-check-interval: the run-time identity fence
+  /// (DESIGN.md §4) re-checks the broker identity at least this often.
+  caf::timespan identity_check_interval = std::chrono::seconds(1);
+  /// projection.identity-check-min-gap: while checkpoints wait for the fence,
+  /// checks run back to back but at most one per this gap.  <= the interval.
+  caf::timespan identity_check_min_gap = std::chrono::milliseconds(50);
+  /// projection.shutdown-timeout: `shutdown` answers once every actor and
+  /// every blocking call of the projection has stopped, or with
+  /// ec::shutting_down after this long.
+  caf::timespan shutdown_timeout = std::chrono::seconds(10);
+  /// projection.allow-shared-convs-prefix: spawn although another live
+  /// projection in this process writes the same convs-prefix on the same
+  /// Redis under another namespace (their tenants' session sets would merge).
+  bool allow_shared_convs_prefix = false;
+
+  kafka_settings kafka;
+  redis_settings redis;
+
+  /// An error (ec::invalid_config) naming the key and what is expected.
+  caf::error validate() const;
+};
+
+} // namespace qsp

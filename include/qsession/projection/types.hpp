@@ -1,0 +1,130 @@
+// The projection's public value types, error codes and atoms, with their
+// inspect() overloads and the public CAF type-ID block (`qsp`, starting at
+// QSP_FIRST_TYPE_ID).  Internal messages live in a second block chained
+// after this one (messages/types.hpp).
+//
+// Atom texts carry the `qsp_` prefix: in CAF 0.17 equal atom text means the
+// same atom, so a host's own `status` atom stays distinct.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "caf/atom.hpp"
+#include "caf/error.hpp"
+#include "caf/make_message.hpp"
+#include "caf/message.hpp"
+#include "caf/meta/type_name.hpp"
+#include "caf/type_id.hpp"
+
+#include "qsession/projection/config.hpp"
+
+namespace qsp {
+
+// -- errors ------------------------------------------------------------------
+
+/// Error codes (category "qsp").  `is_refusal()` tells which ones are final.
+enum class ec : uint8_t {
+  unspecified = 1,
+  // Refusals: fail closed, never retried.
+  refused,            ///< checkpoint/identity/range validation failed
+  undecodable,        ///< a record the decoder cannot read
+  identity_changed,   ///< broker identity changed (at startup or while running)
+  unsupported_redis,  ///< Redis older than 6.2 (no ZADD GT)
+  invalid_config,     ///< a setting is missing or malformed, credentials refused
+  // Transient: dirty, back off, restart from the checkpoints.
+  redis_unavailable,  ///< connect, I/O, timeout
+  redis_reply,        ///< an error reply to a data write
+  checkpoint_conflict,///< guarded checkpoint write found foreign state
+  kafka_unavailable,  ///< broker unreachable, request timed out
+  kafka_read,         ///< consumer read error
+  not_ready,          ///< PULL_SESSION_LIST while not ready
+  shutting_down,      ///< the projection is stopping (or did not stop in time)
+};
+
+std::string to_string(ec x);
+
+/// True for the codes that stop the projection for good (operator must act).
+bool is_refusal(ec x);
+bool is_refusal(const caf::error& x);
+
+/// "code: text" for an error made with make_error(code, text); CAF's own
+/// rendering for errors of other categories.
+std::string describe(const caf::error& x);
+
+// -- value types -------------------------------------------------------------
+
+/// One partition's progress: checkpoint (`next_offset`) against this start's
+/// target H0.
+struct partition_status {
+  int32_t partition = 0;
+  int64_t start = 0;
+  int64_t h0 = 0;
+  int64_t next_offset = 0;
+};
+
+/// A snapshot of one projection, pushed to subscribers on every change of
+/// state and answered to `status`.  `topic` and `ns` name the projection, so
+/// a host running several can tell their pushes apart.
+struct projection_status {
+  std::string topic;
+  std::string ns;
+  std::string state;  ///< starting|verifying|catching-up|ready|dirty|refused|stopped
+  bool ready = false;
+  std::vector<partition_status> partitions;
+  std::string last_error;  ///< the error of the last failure ("" if none yet)
+  uint32_t restarts = 0;
+  uint64_t records = 0;
+  uint64_t recipient_writes = 0;
+  uint64_t batches = 0;
+  std::map<std::string, uint64_t> failures; ///< by error code name
+  std::map<int32_t, int64_t> true_high;
+};
+
+/// One entry of a user's session list.
+struct session_entry {
+  std::string conversation_id;
+  int64_t last_active = 0;
+};
+
+using session_list = std::vector<session_entry>;
+
+// -- inspect -------------------------------------------------------------------
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, partition_status& x) {
+  return f(caf::meta::type_name("qsp.partition_status"), x.partition, x.start, x.h0,
+           x.next_offset);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, projection_status& x) {
+  return f(caf::meta::type_name("qsp.projection_status"), x.topic, x.ns, x.state, x.ready,
+           x.partitions, x.last_error, x.restarts, x.records, x.recipient_writes, x.batches,
+           x.failures, x.true_high);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, session_entry& x) {
+  return f(caf::meta::type_name("qsp.session_entry"), x.conversation_id, x.last_active);
+}
+
+} // namespace qsp
+
+// -- the public type-ID block ---------------------------------------------------
+
+CAF_BEGIN_TYPE_ID_BLOCK(qsp, QSP_FIRST_TYPE_ID)
+  CAF_ADD_TYPE_ID(qsp, (qsp::partition_status))
+  CAF_ADD_TYPE_ID(qsp, (qsp::projection_status))
+  CAF_ADD_TYPE_ID(qsp, (qsp::session_entry))
+  CAF_ADD_TYPE_ID(qsp, (qsp::session_list))
+  CAF_ADD_ATOM(qsp, qsp::atom, status, "qsp_status")
+  CAF_ADD_ATOM(qsp, qsp::atom, pull, "qsp_pull")
+  CAF_ADD_ATOM(qsp, qsp::atom, subscribe, "qsp_sub")
+  CAF_ADD_ATOM(qsp, qsp::atom, unsubscribe, "qsp_unsub")
+  CAF_ADD_ATOM(qsp, qsp::atom, shutdown, "qsp_stop")
+CAF_END_TYPE_ID_BLOCK(qsp)
+
+CAF_ERROR_CODE_ENUM(qsp::ec, "qsp")
