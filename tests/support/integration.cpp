@@ -162,9 +162,14 @@ void kill_live_children() {
 } // namespace
 
 int spawn_cli(const std::vector<std::string>& args, const std::string& log_path) {
+  return spawn_program(QSP_BIN_DIR "/qsession-projection", args, log_path);
+}
+
+int spawn_program(const std::string& bin, const std::vector<std::string>& args,
+                  const std::string& log_path) {
   static const bool registered = [] { return std::atexit(kill_live_children) == 0; }();
   (void) registered;
-  std::vector<std::string> full{QSP_BIN_DIR "/qsession-projection"};
+  std::vector<std::string> full{bin};
   full.insert(full.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& a : full)
@@ -242,9 +247,13 @@ int node_process::stop() {
 }
 
 cli_result run_cli(const std::vector<std::string>& args) {
+  return run_program(QSP_BIN_DIR "/qsession-projection", args);
+}
+
+cli_result run_program(const std::string& bin, const std::vector<std::string>& args) {
   auto log = "/tmp/" + unique_name("qsp-cli");
   cli_result r;
-  r.rc = wait_cli(spawn_cli(args, log));
+  r.rc = wait_cli(spawn_program(bin, args, log));
   r.err = slurp(log);
   r.out = slurp(log + ".out");
   std::remove(log.c_str());

@@ -59,6 +59,11 @@ struct cli_result {
 
 /// Runs build/bin/qsession-projection with `args` and waits for it.
 cli_result run_cli(const std::vector<std::string>& args);
+/// Runs any program with `args` and waits for it.
+cli_result run_program(const std::string& bin, const std::vector<std::string>& args);
+/// Starts any program in the background (like spawn_cli); returns its pid.
+int spawn_program(const std::string& bin, const std::vector<std::string>& args,
+                  const std::string& log_path);
 
 /// Starts the node in the background; returns its pid.  Output goes to `log_path`.
 int spawn_cli(const std::vector<std::string>& args, const std::string& log_path);
