@@ -23,52 +23,11 @@
 #include "actors/readiness_aggregator.hpp"
 #include "actors/redis_writer.hpp"
 #include "actors/session_reader.hpp"
+#include "actors/supervisor.hpp"
 
 namespace qsp {
 
 namespace {
-
-struct supervisor_state {
-  static inline const char* name = "projection-supervisor";
-  projection_settings cfg;
-  std::shared_ptr<port_factory> ports;
-  std::shared_ptr<const core::decoder> decoder;
-  std::shared_ptr<metrics> stats;
-  projection_options opts;
-  log_ptr logs;
-  std::mt19937_64 rng;
-
-  std::string state = "starting";
-  bool ready = false;
-  bool stopping = false;
-  std::string last_error;
-  uint64_t generation = 0;
-  uint32_t attempt = 0;
-  std::map<std::string, uint64_t> failures;
-  std::map<int32_t, int64_t> true_high;
-
-  std::vector<status_listener> subscribers;
-  std::set<caf::actor_addr> children;
-  /// Shutdown: children told to exit and not yet down; the requests to
-  /// answer once they and the projection's I/O are gone; the deadline.
-  std::set<caf::actor_addr> dying;
-  std::vector<caf::typed_response_promise<caf::ok_atom>> shutdowns;
-  caf::actor_clock::time_point shutdown_deadline;
-  verifier_actor verifier;
-  aggregator_actor aggregator;
-  fence_actor fence;
-  writer_actor writer;
-  reader_actor reader;
-  std::vector<consumer_actor> consumers;
-  /// The current generation and children, shared with the termination hook,
-  /// which ends them however the supervisor ends (children are monitored,
-  /// not linked: a link would also bring their exits here as exit messages).
-  struct lifeline {
-    std::shared_ptr<qsp::generation> gen;
-    std::vector<caf::actor> children;
-  };
-  std::shared_ptr<lifeline> life = std::make_shared<lifeline>();
-};
 
 using supervisor_pointer = supervisor_actor::stateful_pointer<supervisor_state>;
 
@@ -275,6 +234,8 @@ void begin_shutdown(supervisor_pointer self) {
   shutdown_tick(self);
 }
 
+} // namespace
+
 supervisor_actor::behavior_type
 supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<port_factory> ports,
            std::shared_ptr<const core::decoder> decoder, std::shared_ptr<metrics> stats,
@@ -414,8 +375,6 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
     },
   };
 }
-
-} // namespace
 
 caf::expected<projection_actor>
 spawn_projection(caf::actor_system& sys, const projection_settings& cfg,

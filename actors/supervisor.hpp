@@ -1,0 +1,69 @@
+// The supervisor: the projection's state machine, its children and its
+// lifecycle (actors/supervisor.cpp).  Its state is declared here so the
+// deterministic tests can read it as a last resort.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "actors/generation.hpp"
+#include "actors/projection.hpp"
+#include "caf/stateful_actor.hpp"
+#include "caf/typed_event_based_actor.hpp"
+#include "caf/typed_response_promise.hpp"
+#include "messages/actors.hpp"
+
+namespace qsp {
+
+struct supervisor_state {
+  static inline const char* name = "projection-supervisor";
+  projection_settings cfg;
+  std::shared_ptr<port_factory> ports;
+  std::shared_ptr<const core::decoder> decoder;
+  std::shared_ptr<metrics> stats;
+  projection_options opts;
+  log_ptr logs;
+  std::mt19937_64 rng;
+
+  std::string state = "starting";
+  bool ready = false;
+  bool stopping = false;
+  std::string last_error;
+  uint64_t generation = 0;
+  uint32_t attempt = 0;
+  std::map<std::string, uint64_t> failures;
+  std::map<int32_t, int64_t> true_high;
+
+  std::vector<status_listener> subscribers;
+  std::set<caf::actor_addr> children;
+  /// Shutdown: children told to exit and not yet down; the requests to
+  /// answer once they and the projection's I/O are gone; the deadline.
+  std::set<caf::actor_addr> dying;
+  std::vector<caf::typed_response_promise<caf::ok_atom>> shutdowns;
+  caf::actor_clock::time_point shutdown_deadline;
+  verifier_actor verifier;
+  aggregator_actor aggregator;
+  fence_actor fence;
+  writer_actor writer;
+  reader_actor reader;
+  std::vector<consumer_actor> consumers;
+  /// The current generation and children, shared with the termination hook,
+  /// which ends them however the supervisor ends (children are monitored,
+  /// not linked: a link would also bring their exits here as exit messages).
+  struct lifeline {
+    std::shared_ptr<qsp::generation> gen;
+    std::vector<caf::actor> children;
+  };
+  std::shared_ptr<lifeline> life = std::make_shared<lifeline>();
+};
+
+supervisor_actor::behavior_type
+supervisor(supervisor_actor::stateful_pointer<supervisor_state> self, projection_settings cfg,
+           std::shared_ptr<port_factory> ports, std::shared_ptr<const core::decoder> decoder,
+           std::shared_ptr<metrics> stats, projection_options opts);
+
+} // namespace qsp
