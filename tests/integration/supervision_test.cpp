@@ -6,6 +6,8 @@
 #include <signal.h>
 
 #include <gtest/gtest.h>
+#include <spdlog/sinks/base_sink.h>
+#include <spdlog/spdlog.h>
 
 #include "caf/all.hpp"
 
@@ -102,4 +104,59 @@ TEST(Supervision, AnExitMessageEndsEveryChildAndBlockingCall) {
 
 TEST(Supervision, ALinkedHostActorThatDiesEndsEveryChildAndBlockingCall) {
   end_with_redis_frozen(ending::linked_host_dies);
+}
+
+/// A host's sink: keeps every formatted line.
+class line_sink : public spdlog::sinks::base_sink<std::mutex> {
+public:
+  std::string text() {
+    std::lock_guard<std::mutex> guard{mtx_};
+    return text_;
+  }
+
+protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    spdlog::memory_buf_t buf;
+    formatter_->format(msg, buf);
+    std::lock_guard<std::mutex> guard{mtx_};
+    text_.append(buf.data(), buf.size());
+  }
+  void flush_() override {}
+
+private:
+  std::mutex mtx_;
+  std::string text_;
+};
+
+// The host's logger gets every line of the projection, librdkafka's own
+// included, each tagged with topic and namespace; nothing goes through
+// spdlog's registry or default logger.
+TEST(Supervision, LibrdkafkaLogsGoToTheHostsLoggerTaggedWithTheProjection) {
+  auto topic = test::unique_name("logs");
+  auto ns = test::unique_name("ns");
+  auto ps = test::projection_settings_for(topic, 1, ns, test::unique_name("convs") + ":");
+  ps.kafka.bootstrap_servers = "127.0.0.1:" + std::to_string(test::free_port()); // nobody there
+  ps.kafka.timeout = 1s;
+  auto sink = std::make_shared<line_sink>();
+  auto logger = std::make_shared<spdlog::logger>("host-logger", sink);
+  logger->set_level(spdlog::level::debug);
+  auto registered_before = spdlog::get("qsp");
+  host_config cfg;
+  {
+    caf::actor_system sys{cfg};
+    auto proj = spawn_projection(sys, ps, spawn_options{logger, nullptr});
+    ASSERT_TRUE(proj) << describe(proj.error());
+    auto text = [&] { return sink->text(); };
+    EXPECT_TRUE(eventually([&] { return text().find("librdkafka") != std::string::npos; }, 30s))
+      << text();
+    caf::scoped_actor self{sys};
+    self->request(*proj, 30s, atom::shutdown_v).receive([](caf::ok_atom) {}, [](caf::error&) {});
+    auto tag = "[" + topic + " " + ns + "] ";
+    std::istringstream lines{text()};
+    int n = 0;
+    for (std::string line; std::getline(lines, line); ++n)
+      EXPECT_NE(line.find(tag), std::string::npos) << "untagged: " << line;
+    EXPECT_GT(n, 0);
+  }
+  EXPECT_EQ(spdlog::get("qsp"), registered_before);
 }
