@@ -39,7 +39,8 @@ std::vector<core::problem> check_prerequisites(const projection_settings& cfg,
     out.push_back(core::problem{
       std::nullopt, "redis maxmemory-policy", "noeviction", maxmemory_policy,
       "Redis may evict projected sets, meta or checkpoints; set maxmemory-policy noeviction "
-      "(or redis.allow-eviction=true if maxmemory can never be reached)", true});
+      "(or the flag --redis.allow-eviction, allow-eviction=true in the config file, if "
+      "maxmemory can never be reached)", true});
   // "" means the broker did not report it: nothing to judge.
   if (!cleanup_policy.empty() && cleanup_policy != "delete")
     out.push_back(core::problem{

@@ -30,6 +30,10 @@ caf::expected<verified_start> verifier_state::run(const projection_settings& cfg
     return r.error();
   if (!r->ok())
     return refusal(r->problems);
+  if (r->maxmemory_policy != "noeviction" && gen.logs)
+    gen.logs->warn("redis maxmemory-policy is {}, allowed by redis.allow-eviction: keys may be "
+                   "evicted if maxmemory is ever reached",
+                   r->maxmemory_policy);
   verified_start vs;
   vs.id = r->observed;
   vs.starts = r->plan.starts();

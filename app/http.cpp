@@ -25,6 +25,8 @@ caf::expected<projection_status> ask_status(caf::actor_system& sys, const projec
 
 std::string status_json(const projection_status& s) {
   nlohmann::json j;
+  j["topic"] = s.topic;
+  j["namespace"] = s.ns;
   j["state"] = s.state;
   j["ready"] = s.ready;
   j["restarts"] = s.restarts;

@@ -283,6 +283,13 @@ caf::expected<reply_ptr> classify(const std::string& where, std::string_view wha
                              where + ": the ACL denies " + std::string{what}
                                + " (grant it to the user, see config/redis-acl.conf): "
                                + std::string{text});
+    // The server wants a password and none was given: as final as a wrong
+    // one (retrying cannot help; an operator must set redis.password-file).
+    if (text.rfind("NOAUTH", 0) == 0)
+      return caf::make_error(ec::invalid_config,
+                             where + ": the server requires authentication and no password is "
+                                     "configured (set redis.username / redis.password-file): "
+                               + std::string{text});
     return caf::make_error(ec::redis_reply, where + ": " + std::string{text});
   }
   return r;

@@ -129,6 +129,12 @@ TEST_F(secured, LeastPrivilegeAclUserProjectsAndSecretsNeverShow) {
   EXPECT_NE(wrong.err.find("AUTH failed for user 'qsession-projection'"), std::string::npos)
     << wrong.err;
   EXPECT_EQ(wrong.err.find(password), std::string::npos);
+  // No password at all, to a server that requires one (NOAUTH): final too,
+  // and saying what to set, not retried as an outage.
+  auto none = test::run_cli(args("verify", port, {}));
+  EXPECT_EQ(none.rc, 2) << none.err;
+  EXPECT_NE(none.err.find("requires authentication"), std::string::npos) << none.err;
+  EXPECT_NE(none.err.find("redis.password-file"), std::string::npos) << none.err;
 
   // The adapters directly, as the least-privilege user: every command they
   // use is in the ACL (INFO memory for the policy; EVAL, SCAN, TYPE, HGETALL
