@@ -8,6 +8,8 @@
 #include <thread>
 #include <utility>
 
+#include <openssl/ssl.h>
+
 #include "core/checkpoint.hpp"
 #include "messages/types.hpp"
 
@@ -23,7 +25,16 @@ std::atomic<bool> reaper_gone{false};
 /// One background thread destroying handles in the order they arrive.
 class reaper {
 public:
-  reaper() : thread_([this] { run(); }) {}
+  reaper() {
+    // OpenSSL (librdkafka's and hiredis' TLS) registers its cleanup with
+    // atexit on first use.  Initialising it here, before this object is
+    // complete, orders that cleanup after this destructor: the handles the
+    // reaper still destroys at exit (their threads free OpenSSL thread state
+    // as they end) never meet an OpenSSL that is already torn down, which
+    // hung the process in CRYPTO_THREAD_write_lock.
+    OPENSSL_init_ssl(0, nullptr);
+    thread_ = std::thread([this] { run(); });
+  }
 
   ~reaper() {
     {
