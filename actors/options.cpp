@@ -43,8 +43,9 @@ caf::error projection_settings::validate() const {
   if (max_batches_in_flight == 0 || max_batches_in_flight > 64)
     return bad("projection.max-batches-in-flight",
                "an integer in [1, 64], got " + std::to_string(max_batches_in_flight));
-  if (idle_poll.count() <= 0)
-    return bad("projection.idle-poll", "a duration > 0");
+  if (ms(idle_poll) < 1 || idle_poll > std::chrono::minutes(1))
+    return bad("projection.idle-poll",
+               "a duration in [1ms, 1min], got " + std::to_string(ms(idle_poll)) + "ms");
   if (backoff_initial.count() <= 0 || backoff_max < backoff_initial)
     return bad("projection.backoff-*", "need 0 < initial <= max");
   if (progress_interval.count() <= 0)
@@ -95,6 +96,10 @@ void add_options(caf::config_option_set& opts, const std::string& group) {
     .add<caf::timespan>("identity-check-min-gap",
                         "least time between two identity checks while checkpoints wait for one, "
                         "in [0, identity-check-interval] (default: 50ms)")
+    .add<caf::timespan>("idle-poll",
+                        "a partition consumer's safety poll while no records arrive (records "
+                        "wake it at once through librdkafka's queue callback), in [1ms, 1min] "
+                        "(default: 10s)")
     .add<caf::timespan>("shutdown-timeout",
                         "how long a shutdown waits for the actors and I/O to stop (default: 10s)")
     .add<bool>("allow-shared-convs-prefix",
@@ -165,6 +170,7 @@ caf::expected<projection_settings> read_settings(const caf::settings& content,
   s.identity_check_interval = get("projection", "identity-check-interval", s.identity_check_interval);
   s.identity_check_min_gap = get("projection", "identity-check-min-gap", s.identity_check_min_gap);
   s.shutdown_timeout = get("projection", "shutdown-timeout", s.shutdown_timeout);
+  s.idle_poll = get("projection", "idle-poll", s.idle_poll);
   s.allow_shared_convs_prefix = get("projection", "allow-shared-convs-prefix", false);
 
   auto& k = s.kafka;

@@ -58,7 +58,7 @@ struct projection_settings {
   size_t max_batches_in_flight = 2;
   /// A consumer's safety-net poll while no records arrive (records and
   /// partition EOFs wake it at once through librdkafka's queue callback).
-  caf::timespan idle_poll = std::chrono::milliseconds(500);
+  caf::timespan idle_poll = std::chrono::seconds(10);
   caf::timespan backoff_initial = std::chrono::milliseconds(200);
   caf::timespan backoff_max = std::chrono::seconds(30);
   caf::timespan progress_interval = std::chrono::seconds(5);
