@@ -15,6 +15,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <random>
+#include <sstream>
 #include <cctype>
 #include <set>
 #include <cstdio>
@@ -70,8 +72,20 @@ const services& env() {
 }
 
 std::string unique_name(const std::string& prefix) {
+  // The pid alone is not unique across one test run: pid_max is 32768 here,
+  // and a run that builds the embedding host forks tens of thousands of
+  // processes, so a later test process could reuse an earlier one's pid and
+  // meet its topic or namespace (seen as a refused audit: meta stored for
+  // another topic).  A per-process random tag makes that practically
+  // impossible.
+  static const std::string tag = [] {
+    std::random_device rd;
+    std::ostringstream out;
+    out << std::hex << (static_cast<uint64_t>(rd()) << 32 | rd());
+    return out.str().substr(0, 8);
+  }();
   static std::atomic<int> n{0};
-  return prefix + "-" + std::to_string(::getpid()) + "-" + std::to_string(n++);
+  return prefix + "-" + std::to_string(::getpid()) + tag + "-" + std::to_string(n++);
 }
 
 kafka::client_settings kafka_client() {
