@@ -205,16 +205,21 @@ int run(caf::actor_system& sys, config& cfg) {
   }
   auto svc = sys.spawn(service);
   caf::scoped_actor self{sys};
-  auto spawn_all = [&]() -> int {
-    for (auto& t : ts) {
-      auto p = qsp::spawn_projection(sys, t.settings);
-      if (!p) {
-        std::cout << "spawn-refused tenant=" << t.name << " error=" << qsp::describe(p.error())
-                  << std::endl;
-        return 2;
-      }
-      t.handle = *p;
+  // Spawns one tenant's projection: 0, or 2 when its settings are refused.
+  auto spawn_one = [&](tenant& t) -> int {
+    auto p = qsp::spawn_projection(sys, t.settings);
+    if (!p) {
+      std::cout << "spawn-refused tenant=" << t.name << " error=" << qsp::describe(p.error())
+                << std::endl;
+      return 2;
     }
+    t.handle = *p;
+    return 0;
+  };
+  auto spawn_all = [&]() -> int {
+    for (auto& t : ts)
+      if (int rc = spawn_one(t); rc != 0)
+        return rc;
     return 0;
   };
   auto stop_all = [&] {
@@ -247,13 +252,8 @@ int run(caf::actor_system& sys, config& cfg) {
     auto& t = ts.front();
     int baseline = -1;
     for (int64_t i = 1; i <= cfg.cycles; ++i) {
-      auto p = qsp::spawn_projection(sys, t.settings);
-      if (!p) {
-        std::cout << "spawn-refused tenant=" << t.name << " error=" << qsp::describe(p.error())
-                  << std::endl;
-        return 2;
-      }
-      t.handle = *p;
+      if (int rc = spawn_one(t); rc != 0)
+        return rc;
       if (!wait_ready(self, {&t})) {
         shutdown(self, t);
         return 3;

@@ -273,6 +273,12 @@ struct projection_fixture : test_coordinator_fixture<test_config> {
     return drive([&] { return state() == st; }, ticks);
   }
 
+  /// Runs every runnable job without moving the clock.
+  void run_jobs() {
+    while (violations.empty() && sched.try_run_once())
+      check_invariants();
+  }
+
   /// Lets `d` of simulated time pass in steps of `step`, running every job.
   void run_for(caf::timespan d, caf::timespan step = 5ms) {
     auto until = sched.clock().now() + d;

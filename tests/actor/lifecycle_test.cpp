@@ -13,10 +13,6 @@ using namespace qsp::test;
 namespace {
 
 struct fixture : projection_fixture {
-  void run_jobs() {
-    while (violations.empty() && sched.try_run_once())
-      check_invariants();
-  }
 
   supervisor_state& sup() {
     return deref<std::remove_pointer_t<supervisor_actor::stateful_pointer<supervisor_state>>>(

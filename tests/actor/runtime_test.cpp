@@ -12,12 +12,6 @@ using namespace qsp::test;
 namespace {
 
 struct fixture : projection_fixture {
-  /// Runs every runnable job without moving the clock.
-  void run_jobs() {
-    while (violations.empty() && sched.try_run_once())
-      check_invariants();
-  }
-
   /// The topic is deleted and recreated (new topic id) under the running
   /// node, and the new topic is filled past the node's position: librdkafka
   /// keeps fetching from the old position.  No checkpoint may pass the old
