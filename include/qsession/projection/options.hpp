@@ -10,7 +10,7 @@
 //     }
 //   };
 //   ...
-//   auto settings = qsp::read_settings(cfg, "sessions");  // caf::expected
+//   auto settings = qsp::read_settings(cfg.content, "sessions");  // caf::expected
 #pragma once
 
 #include <string>
