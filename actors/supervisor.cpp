@@ -8,6 +8,7 @@
 // of the projection (Redis connections, librdkafka handles) is released.
 #include <algorithm>
 #include <random>
+#include <string_view>
 #include <set>
 
 #include "caf/event_based_actor.hpp"
@@ -115,7 +116,18 @@ void fail(supervisor_pointer self, const caf::error& err) {
     st.stats->failures[err.code()] += 1;
   st.last_error = describe(err);
   if (is_refusal(err)) {
-    st.logs->error("refused: {}", st.last_error);
+    // One full log line per problem (a refusal may list several), each
+    // prefixed once: last_error itself starts with the code ("refused: ").
+    std::string_view text = st.last_error;
+    if (text.substr(0, 9) == "refused: ")
+      text.remove_prefix(9);
+    while (!text.empty()) {
+      auto nl = text.find('\n');
+      auto line = text.substr(0, nl);
+      if (!line.empty())
+        st.logs->error("refused: {}", line);
+      text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
+    }
     transition(self, "refused", "operator action needed");
     return;
   }

@@ -3,6 +3,13 @@
 //
 //   qsp-devtool create-topic BOOTSTRAP TOPIC PARTITIONS
 //   qsp-devtool delete-topic BOOTSTRAP TOPIC
+//   qsp-devtool probe BOOTSTRAP [--coordinators] [--timeout-ms=N]
+//       exit 0 when the broker answers a Metadata request listing a broker
+//       and, with --coordinators, has a group coordinator (an offset fetch
+//       for a probe group) and a transaction coordinator (a transactional
+//       producer's init, which also makes the broker create
+//       __consumer_offsets and __transaction_state up front); exit 1 with the
+//       reason on stderr otherwise.  scripts/services' readiness probe.
 //   qsp-devtool produce BOOTSTRAP TOPIC PARTITIONS COUNT [RATE_PER_S] [SEED]
 //                       [--realistic] [--summary] [--batch=N] [--resp-out=FILE]
 //       COUNT 0 with a RATE: produce until SIGTERM/SIGINT.  Users are drawn
@@ -30,6 +37,8 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <memory>
 #include <random>
 #include <string>
 #include <string_view>
@@ -42,6 +51,8 @@
 #include "kafka/admin.hpp"
 #include "kafka/producer.hpp"
 #include "messages/types.hpp"
+
+#include <librdkafka/rdkafka.h>
 
 namespace {
 
@@ -153,11 +164,106 @@ private:
   std::FILE* resp_;
 };
 
+// -- probe ----------------------------------------------------------------------
+
+struct rk_deleter {
+  void operator()(rd_kafka_t* rk) const { rd_kafka_destroy(rk); }
+};
+using rk_ptr = std::unique_ptr<rd_kafka_t, rk_deleter>;
+
+rk_ptr probe_handle(rd_kafka_type_t type, const std::string& bootstrap,
+                    std::vector<std::pair<std::string, std::string>> props, std::string& why) {
+  char err[512];
+  rd_kafka_conf_t* conf = rd_kafka_conf_new();
+  props.emplace_back("bootstrap.servers", bootstrap);
+  props.emplace_back("client.id", "qsp-devtool-probe");
+  props.emplace_back("log_level", "0"); // a broker that is not up yet is the expected case
+  for (auto& [k, v] : props)
+    if (rd_kafka_conf_set(conf, k.c_str(), v.c_str(), err, sizeof(err)) != RD_KAFKA_CONF_OK) {
+      rd_kafka_conf_destroy(conf);
+      why = err;
+      return nullptr;
+    }
+  rd_kafka_t* rk = rd_kafka_new(type, conf, err, sizeof(err));
+  if (rk == nullptr) {
+    rd_kafka_conf_destroy(conf);
+    why = err;
+  }
+  return rk_ptr{rk};
+}
+
+/// "" when the broker is ready, the reason otherwise.
+std::string probe_broker(const std::string& bootstrap, bool coordinators, int timeout_ms) {
+  std::string why;
+  {
+    auto rk = probe_handle(RD_KAFKA_PRODUCER, bootstrap, {}, why);
+    if (!rk)
+      return "cannot create a client: " + why;
+    const rd_kafka_metadata_t* md = nullptr;
+    auto err = rd_kafka_metadata(rk.get(), 0, nullptr, &md, timeout_ms);
+    if (err)
+      return std::string{"metadata: "} + rd_kafka_err2str(err);
+    int brokers = md->broker_cnt;
+    rd_kafka_metadata_destroy(md);
+    if (brokers < 1)
+      return "metadata lists no broker yet";
+  }
+  if (!coordinators)
+    return {};
+  {
+    auto rk = probe_handle(RD_KAFKA_CONSUMER, bootstrap,
+                           {{"group.id", "qsp-services-probe"}, {"enable.auto.commit", "false"}},
+                           why);
+    if (!rk)
+      return "cannot create a consumer: " + why;
+    auto* parts = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(parts, "__qsp_probe", 0);
+    auto err = rd_kafka_committed(rk.get(), parts, timeout_ms);
+    rd_kafka_topic_partition_list_destroy(parts);
+    if (err)
+      return std::string{"group coordinator not available yet: "} + rd_kafka_err2str(err);
+    rd_kafka_consumer_close(rk.get());
+  }
+  {
+    auto rk = probe_handle(RD_KAFKA_PRODUCER, bootstrap,
+                           {{"transactional.id", "qsp-services-probe"}}, why);
+    if (!rk)
+      return "cannot create a transactional producer: " + why;
+    if (auto* e = rd_kafka_init_transactions(rk.get(), timeout_ms)) {
+      std::string text = "transaction coordinator not available yet: ";
+      text += rd_kafka_error_string(e);
+      rd_kafka_error_destroy(e);
+      return text;
+    }
+  }
+  return {};
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 3 && std::string_view{argv[1]} == "probe") {
+    bool coordinators = false;
+    int timeout_ms = 3000;
+    for (int i = 3; i < argc; ++i) {
+      std::string_view a = argv[i];
+      if (a == "--coordinators")
+        coordinators = true;
+      else if (a.substr(0, 13) == "--timeout-ms=" && std::atoi(argv[i] + 13) > 0)
+        timeout_ms = std::atoi(argv[i] + 13);
+      else {
+        std::fprintf(stderr, "qsp-devtool probe: unknown option %s\n", argv[i]);
+        return 2;
+      }
+    }
+    auto why = probe_broker(argv[2], coordinators, timeout_ms);
+    if (why.empty())
+      return 0;
+    std::fprintf(stderr, "%s\n", why.c_str());
+    return 1;
+  }
   if (argc < 4) {
-    std::fprintf(stderr, "usage: qsp-devtool create-topic|delete-topic|produce BOOTSTRAP TOPIC ...\n");
+    std::fprintf(stderr, "usage: qsp-devtool create-topic|delete-topic|produce BOOTSTRAP TOPIC ... | probe BOOTSTRAP [--coordinators]\n");
     return 2;
   }
   std::string cmd = argv[1];

@@ -1,5 +1,10 @@
 #include "app/http.hpp"
 
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include <fmt/format.h>
 #include <httplib.h>
 #include <nlohmann/json.hpp>
@@ -174,9 +179,24 @@ caf::expected<uint16_t> http_endpoint::start(const std::string& host, uint16_t p
           res.set_content(nlohmann::json{{"error", describe(e)}}.dump(), "application/json");
         });
   });
+  // One node per address: the library's default socket options add
+  // SO_REUSEPORT, with which a second node binds the same port and the
+  // kernel splits the probes between the two.  SO_REUSEADDR alone still
+  // allows a restart while old connections sit in TIME_WAIT.
+  srv.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  errno = 0;
   int bound = port == 0 ? srv.bind_to_any_port(host.c_str()) : (srv.bind_to_port(host.c_str(), port) ? port : -1);
-  if (bound <= 0)
-    return caf::make_error(ec::refused, "http.listen: cannot bind " + host + ":" + std::to_string(port));
+  if (bound <= 0) {
+    int why = errno;
+    return caf::make_error(ec::invalid_config,
+                           "http.listen: cannot bind " + host + ":" + std::to_string(port)
+                             + (why != 0 ? std::string{" ("} + std::strerror(why) + ")" : std::string{})
+                             + (why == EADDRINUSE ? "; another process (another node?) listens there"
+                                                  : ""));
+  }
   thread_ = std::thread{[this] { srv_->listen_after_bind(); }};
   return static_cast<uint16_t>(bound);
 }

@@ -55,24 +55,6 @@ int exit_for(const caf::error& err) {
   return is_refusal(err) ? exit_refused : exit_unreachable;
 }
 
-void print_problems(std::string text) {
-  // The supervisor's last_error starts with the error code; a refusal's
-  // lines already say "refused: " below.
-  if (text.rfind("refused: ", 0) == 0)
-    text.erase(0, 9);
-  std::string line;
-  for (char c : text) {
-    if (c == '\n') {
-      std::cerr << "refused: " << line << '\n';
-      line.clear();
-    } else {
-      line.push_back(c);
-    }
-  }
-  if (!line.empty())
-    std::cerr << "refused: " << line << '\n';
-}
-
 // -- verify / inspect ----------------------------------------------------------
 
 caf::expected<inspection> inspect_now(const app::node_settings& s) {
@@ -223,7 +205,7 @@ int cmd_run(caf::actor_system& sys, const app::node_settings& s, bool catch_up_o
     self->receive(
       [&](atom::status, projection_status& st) {
         if (st.state == "refused") {
-          print_problems(st.last_error);
+          // The projection has logged each problem as a full log line.
           // A configuration error found while running (authentication,
           // authorization, a TLS certificate) is exit 2, like a bad flag.
           rc = st.last_error.rfind("invalid_config", 0) == 0 ? exit_usage : exit_refused;

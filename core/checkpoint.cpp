@@ -196,13 +196,16 @@ bool operator!=(const identity& a, const identity& b) { return !(a == b); }
 
 bool operator==(const problem& a, const problem& b) {
   return a.partition == b.partition && a.field == b.field && a.stored == b.stored &&
-         a.observed == b.observed && a.reason == b.reason && a.prerequisite == b.prerequisite;
+         a.observed == b.observed && a.reason == b.reason && a.prerequisite == b.prerequisite &&
+         a.broker == b.broker;
 }
 
 std::string problem::to_string() const {
   std::string out;
   if (prerequisite) {
     out = "prerequisite";
+  } else if (broker) {
+    out = "broker";
   } else if (partition) {
     out = "partition " + to_decimal(*partition);
   } else if (field == fields::key) {
@@ -210,7 +213,7 @@ std::string problem::to_string() const {
   } else {
     out = "meta";
   }
-  out += ": field " + field + (prerequisite ? ": required " : ": stored ");
+  out += ": field " + field + (prerequisite ? ": required " : broker ? ": expected " : ": stored ");
   append_quoted(out, stored);
   out += ", observed ";
   append_quoted(out, observed);
@@ -259,8 +262,10 @@ std::vector<problem> validate_broker_identity(const identity& configured_topic_a
   std::vector<problem> problems;
   auto report = [&problems](std::string_view field, std::string expected, std::string_view seen,
                             std::string reason) {
-    problems.push_back(problem{std::nullopt, std::string(field), std::move(expected),
-                               std::string(seen), std::move(reason)});
+    problem p{std::nullopt, std::string(field), std::move(expected), std::string(seen),
+              std::move(reason)};
+    p.broker = true;
+    problems.push_back(std::move(p));
   };
   if (broker_cluster_id.empty()) {
     report(fields::cluster_id, "<non-empty>", broker_cluster_id, "broker reported no cluster id");

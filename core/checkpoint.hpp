@@ -73,10 +73,15 @@ struct problem {
   /// A prerequisite (Redis or topic configuration), not stored state:
   /// `stored` holds the required value.
   bool prerequisite = false;
+  /// What the broker reports about the topic, checked against the
+  /// configuration before anything stored is read: `stored` holds what is
+  /// expected (the configured value, or a rule such as "<non-zero>").
+  bool broker = false;
 
   // One line: `partition 3: field next_offset: stored "17", observed "12": ...`
   // (`meta: ...` / `checkpoint key: ...` when partition is nullopt;
-  // `prerequisite: field F: required "R", observed "O": ...` for one).
+  // `prerequisite: field F: required "R", observed "O": ...` for one;
+  // `broker: field F: expected "E", observed "O": ...` for a broker identity).
   std::string to_string() const;
 };
 bool operator==(const problem& a, const problem& b);

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cctype>
+#include <cstring>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -93,7 +94,13 @@ struct handle_context {
   std::shared_ptr<error_sink> errors;
   log_ptr logs;
   std::shared_ptr<void> keepalive;
+  bool group_in_use = false;
 };
+
+bool about_coordinator(const char* text) {
+  // error_cb: "GroupCoordinator: host:port: ..."; log_cb: "[thrd:GroupCoordinator]: ...".
+  return text != nullptr && std::strstr(text, "GroupCoordinator") != nullptr;
+}
 
 reaper& the_reaper() {
   static reaper instance;
@@ -206,11 +213,14 @@ make_handle(rd_kafka_type_t type, const client_settings& cfg,
   ctx->errors = std::move(errors);
   ctx->logs = cfg.logs;
   ctx->keepalive = cfg.keepalive;
+  ctx->group_in_use = cfg.group_in_use;
   rd_kafka_conf_set_opaque(conf, ctx.get());
   if (ctx->errors)
     rd_kafka_conf_set_error_cb(conf, [](rd_kafka_t*, int code, const char* reason, void* opaque) {
-      static_cast<handle_context*>(opaque)->errors->push(static_cast<rd_kafka_resp_err_t>(code),
-                                                         reason);
+      auto* c = static_cast<handle_context*>(opaque);
+      if (!c->group_in_use && about_coordinator(reason))
+        return;
+      c->errors->push(static_cast<rd_kafka_resp_err_t>(code), reason);
     });
   if (ctx->logs)
     rd_kafka_conf_set_log_cb(conf, [](const rd_kafka_t* rk, int level, const char* fac,
@@ -223,6 +233,8 @@ make_handle(rd_kafka_type_t type, const client_settings& cfg,
                  : level == 4 ? spdlog::level::warn
                  : level <= 6 ? spdlog::level::info
                               : spdlog::level::debug;
+      if (!c->group_in_use && about_coordinator(buf))
+        lvl = spdlog::level::debug;
       c->logs->raw(lvl, std::string{"librdkafka "} + (fac != nullptr ? fac : "") + ": "
                           + (buf != nullptr ? buf : ""));
     });

@@ -28,6 +28,11 @@ struct client_settings {
   /// Held by every handle until rd_kafka_destroy returned (the projection's
   /// I/O token: its shutdown waits until all are released).
   std::shared_ptr<void> keepalive;
+  /// False while the handle joins no consumer group (static assignment):
+  /// librdkafka still keeps a "GroupCoordinator" connection for a consumer
+  /// with a group.id, whose failures duplicate the broker connection's own;
+  /// they are then logged at debug level and not reported as client errors.
+  bool group_in_use = false;
 };
 
 /// Hands the handle to the process-wide reaper thread, which calls

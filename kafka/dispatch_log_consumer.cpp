@@ -11,6 +11,12 @@ namespace qsp::kafka {
 
 namespace {
 
+// librdkafka reports errors not tied to a record with a logical offset
+// (RD_KAFKA_OFFSET_INVALID, -1001): say nothing rather than print it as one.
+std::string offset_text(int64_t offset) {
+  return offset >= 0 ? " offset " + std::to_string(offset) : std::string{};
+}
+
 class rd_partition_reader final : public partition_reader {
 public:
   rd_partition_reader(std::shared_ptr<dispatch_log_consumer> owner, rd_kafka_queue_t* q,
@@ -51,7 +57,7 @@ public:
         // it); anything else: transient.
         if (!failure)
           failure = caf::make_error(is_auth_error(m->err) ? ec::invalid_config : ec::kafka_read,
-                                    where() + " offset " + std::to_string(m->offset) + ": "
+                                    where() + offset_text(m->offset) + ": "
                                       + rd_kafka_message_errstr(m) + " ("
                                       + rd_kafka_err2name(m->err) + ")");
       } else if (!failure) {

@@ -89,3 +89,39 @@ TEST(Cli, UnreachableDependenciesExitFour) {
   EXPECT_EQ(c.rc, 4) << c.err;
   EXPECT_NE(c.err.find("giving up"), std::string::npos) << c.err;
 }
+
+// A refusal with several problems: each problem is one full log line (the
+// logger's timestamp and level), prefixed "refused: " exactly once.
+TEST(Cli, RefusalPrintsOneFullLogLinePerProblem) {
+  auto topic = test::unique_name("cli-refuse");
+  auto ns = test::unique_name("ns");
+  test::create_topic(topic, 1);
+  auto args = test::node_args(topic, 1, ns, ns + "-convs");
+  args.insert(args.begin(), "catch-up");
+  auto first = test::run_cli(args);
+  ASSERT_EQ(first.rc, 0) << first.err;
+  // Two stray checkpoint keys: two problems in one refusal.
+  auto c = test::redis_conn();
+  for (auto* suffix : {"07", "x"})
+    test::redis_cmd(*c, {"HSET", ns + ":checkpoint:" + topic + ":" + suffix, "next_offset", "0"});
+  auto r = test::run_cli(args);
+  EXPECT_EQ(r.rc, 3) << r.err;
+  EXPECT_EQ(r.err.find("refused: refused:"), std::string::npos) << r.err;
+  std::vector<std::string> lines;
+  size_t pos = 0;
+  while (pos < r.err.size()) {
+    auto nl = r.err.find('\n', pos);
+    auto line = r.err.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
+    if (line.find("checkpoint key: field key") != std::string::npos)
+      lines.push_back(line);
+    pos = nl == std::string::npos ? r.err.size() : nl + 1;
+  }
+  ASSERT_EQ(lines.size(), 2u) << r.err;
+  for (auto& line : lines) {
+    // spdlog's default pattern: "[2026-12-04 05:40:01.123] [qsp] [error] ..."
+    EXPECT_EQ(line.rfind("[20", 0), 0u) << line;
+    EXPECT_NE(line.find("[error]"), std::string::npos) << line;
+    EXPECT_NE(line.find("] refused: checkpoint key: field key: stored \""), std::string::npos)
+      << line;
+  }
+}

@@ -167,3 +167,44 @@ TEST(Embedding, HostSpawnsTheProjectionInItsOwnActorSystem) {
   auto admin = kafka::admin::make(test::kafka_client());
   (*admin)->delete_topic(topic);
 }
+
+// One node per HTTP port: a second `run` on the address a running node serves
+// must fail at start (exit 2, naming http.listen), not share the port (the
+// HTTP library sets SO_REUSEPORT by default, so both bound and probes were
+// split between them).
+TEST(Http, SecondNodeOnTheSamePortFailsToStart) {
+  auto topic = test::unique_name("http-bind");
+  auto ns = test::unique_name("ns");
+  test::create_topic(topic, 1);
+  auto port = test::free_port();
+  auto args = test::node_args(topic, 1, ns, ns + "-convs");
+  args.back() = "--http.listen=127.0.0.1:" + std::to_string(port);
+  args.insert(args.begin(), "run");
+  auto logf = "/tmp/" + test::unique_name("http-bind") + ".log";
+  auto first = test::spawn_cli(args, logf);
+  httplib::Client http{"127.0.0.1", port};
+  ASSERT_TRUE(eventually([&] { auto r = http.Get("/healthz"); return r && r->status == 200; }))
+    << slurp(logf);
+  auto ns2 = test::unique_name("ns");
+  auto args2 = test::node_args(topic, 1, ns2, ns2 + "-convs");
+  args2.back() = "--http.listen=127.0.0.1:" + std::to_string(port);
+  args2.insert(args2.begin(), "run");
+  auto logf2 = "/tmp/" + test::unique_name("http-bind2") + ".log";
+  auto second = test::spawn_cli(args2, logf2);
+  auto rc = test::wait_cli_for(second, 30s);
+  if (!rc) {
+    ::kill(second, SIGKILL);
+    test::wait_cli(second);
+  }
+  ASSERT_TRUE(rc.has_value()) << "the second node kept running on a bound port\n" << slurp(logf2);
+  EXPECT_EQ(*rc, 2) << slurp(logf2);
+  auto err = slurp(logf2);
+  EXPECT_NE(err.find("http.listen"), std::string::npos) << err;
+  EXPECT_NE(err.find("127.0.0.1:" + std::to_string(port)), std::string::npos) << err;
+  // The first node still serves the port.
+  auto r = http.Get("/healthz");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  ::kill(first, SIGTERM);
+  EXPECT_EQ(test::wait_cli(first), 0) << slurp(logf);
+}

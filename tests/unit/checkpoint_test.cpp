@@ -381,6 +381,22 @@ TEST(ValidateBrokerIdentity, NonPositiveConfiguredCountRefuses) {
             (std::vector<located>{{std::nullopt, "partition_count", "0", "0"}}));
 }
 
+// A broker identity problem is about what the broker reports, before
+// anything stored is read: it must not claim a value is stored (a fresh
+// start against a broker without topic ids said `stored "<non-zero>"`).
+TEST(ValidateBrokerIdentity, WordingSaysExpectedNotStored) {
+  auto problems = validate_broker_identity(observed_id, "c", "AAAAAAAAAAAAAAAAAAAAAA", 5);
+  ASSERT_EQ(problems.size(), 2u);
+  EXPECT_EQ(problems[0].to_string(),
+            "broker: field topic_id: expected \"<non-zero>\", observed \"AAAAAAAAAAAAAAAAAAAAAA\": "
+            "broker reported the zero topic id (a KIP-516 topic id is required)");
+  EXPECT_EQ(problems[1].to_string(),
+            "broker: field partition_count: expected \"4\", observed \"5\": "
+            "broker partition count differs from the configured partition count");
+  for (auto& p : problems)
+    EXPECT_EQ(p.to_string().find("stored"), std::string::npos) << p.to_string();
+}
+
 // -------------------------------------------------------------------- uuids
 
 struct uuid_vector {
