@@ -1,7 +1,11 @@
 // qsp-devtool: topic management and a demo dispatch producer for local runs,
 // the README's run command and benchmarks.  Not part of the node.
 //
-//   qsp-devtool create-topic BOOTSTRAP TOPIC PARTITIONS
+//   qsp-devtool create-topic BOOTSTRAP TOPIC PARTITIONS [--replication-factor=N]
+//                            [--config=KEY=VALUE ...]
+//       N defaults to 1; -1 takes the broker's default.replication.factor.
+//       Topic configs such as min.insync.replicas=2,
+//       unclean.leader.election.enable=true, retention.ms=...
 //   qsp-devtool delete-topic BOOTSTRAP TOPIC
 //   qsp-devtool probe BOOTSTRAP [--coordinators] [--timeout-ms=N]
 //       exit 0 when the broker answers a Metadata request listing a broker
@@ -272,12 +276,39 @@ int main(int argc, char** argv) {
   cs.client_id = "qsp-devtool";
   std::string topic = argv[3];
   if (cmd == "create-topic" || cmd == "delete-topic") {
+    int partitions = 1, rf = 1;
+    std::vector<std::pair<std::string, std::string>> configs;
+    for (int i = 4; i < argc; ++i) {
+      std::string_view a = argv[i];
+      char* end = nullptr;
+      if (a.substr(0, 21) == "--replication-factor=") {
+        rf = static_cast<int>(std::strtol(argv[i] + 21, &end, 10));
+        if (*end != '\0' || (rf < 1 && rf != -1)) {
+          std::fprintf(stderr, "qsp-devtool: --replication-factor must be >= 1 or -1, not %s\n",
+                       argv[i] + 21);
+          return 2;
+        }
+      } else if (a.substr(0, 9) == "--config=" && a.find('=', 9) != std::string_view::npos
+                 && a.find('=', 9) > 9) {
+        auto eq = a.find('=', 9);
+        configs.emplace_back(std::string{a.substr(9, eq - 9)}, std::string{a.substr(eq + 1)});
+      } else if (i == 4 && cmd == "create-topic" && a.substr(0, 2) != "--") {
+        partitions = static_cast<int>(std::strtol(argv[i], &end, 10));
+        if (*end != '\0' || partitions < 1) {
+          std::fprintf(stderr, "qsp-devtool: PARTITIONS must be a positive integer, not %s\n",
+                       argv[i]);
+          return 2;
+        }
+      } else {
+        std::fprintf(stderr, "qsp-devtool: %s: unexpected argument %s\n", cmd.c_str(), argv[i]);
+        return 2;
+      }
+    }
     auto admin = qsp::kafka::admin::make(cs);
     if (!admin)
       return fail(admin.error());
-    auto r = cmd == "create-topic"
-               ? (*admin)->create_topic(topic, argc > 4 ? std::stoi(argv[4]) : 1)
-               : (*admin)->delete_topic(topic);
+    auto r = cmd == "create-topic" ? (*admin)->create_topic(topic, partitions, configs, rf)
+                                   : (*admin)->delete_topic(topic);
     return r ? 0 : fail(r.error());
   }
   if (cmd != "produce" || argc < 6) {

@@ -249,13 +249,18 @@ caf::expected<broker_state> admin::inspect(const std::string& topic) {
 
 caf::expected<void>
 admin::create_topic(const std::string& topic, int partitions,
-                    const std::vector<std::pair<std::string, std::string>>& configs) {
+                    const std::vector<std::pair<std::string, std::string>>& configs,
+                    int replication_factor) {
   char err[512];
-  auto* nt = rd_kafka_NewTopic_new(topic.c_str(), partitions, 1, err, sizeof(err));
+  auto* nt = rd_kafka_NewTopic_new(topic.c_str(), partitions, replication_factor, err, sizeof(err));
   if (nt == nullptr)
-    return caf::make_error(ec::refused, "create topic " + topic + ": " + err);
+    return caf::make_error(ec::invalid_config, "create topic " + topic + ": " + err);
   for (auto& [k, v] : configs)
-    rd_kafka_NewTopic_set_config(nt, k.c_str(), v.c_str());
+    if (auto e = rd_kafka_NewTopic_set_config(nt, k.c_str(), v.c_str())) {
+      rd_kafka_NewTopic_destroy(nt);
+      return caf::make_error(ec::invalid_config, "create topic " + topic + ": config " + k + "="
+                                                   + v + ": " + rd_kafka_err2str(e));
+    }
   queue_ptr q{rd_kafka_queue_new(rk_.get())};
   auto opts = make_options(rk_.get(), RD_KAFKA_ADMIN_OP_CREATETOPICS, timeout_ms_);
   rd_kafka_AdminOptions_set_operation_timeout(opts.get(), timeout_ms_, err, sizeof(err));

@@ -18,8 +18,10 @@ public:
   caf::expected<broker_state> identity(const std::string& topic) override;
 
   caf::expected<std::string> cluster_id();
+  /// `replication_factor` -1: the broker's default.replication.factor.
   caf::expected<void> create_topic(const std::string& topic, int partitions,
-                                   const std::vector<std::pair<std::string, std::string>>& configs = {});
+                                   const std::vector<std::pair<std::string, std::string>>& configs = {},
+                                   int replication_factor = 1);
   caf::expected<void> delete_topic(const std::string& topic);
   /// Advances a partition's low watermark to `before` (as retention would).
   caf::expected<void> delete_records(const std::string& topic, int32_t partition, int64_t before);

@@ -168,3 +168,43 @@ TEST(KafkaClient, AnInvalidPropertyCombinationIsAConfigurationError) {
   EXPECT_EQ(a.error().code(), static_cast<uint8_t>(ec::invalid_config)) << describe(a.error());
   EXPECT_NE(describe(a.error()).find("ssl.ca.location"), std::string::npos) << describe(a.error());
 }
+
+// The developer tool creates topics the way the HA tests and operators need:
+// a replication factor and topic configs; a bad value is a usage error and
+// a replication factor the cluster cannot meet is the broker's clear refusal.
+TEST(KafkaAdmin, DevtoolCreatesTopicsWithReplicationFactorAndConfigs) {
+  auto devtool = std::string{QSP_BIN_DIR} + "/qsp-devtool";
+  auto topic = test::unique_name("devtool");
+  auto r = test::run_program(devtool, {"create-topic", test::env().kafka_bootstrap, topic, "2",
+                                       "--replication-factor=1", "--config=retention.ms=7200000",
+                                       "--config=cleanup.policy=delete"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  auto admin = kafka::admin::make(test::kafka_client());
+  ASSERT_TRUE(admin) << describe(admin.error());
+  caf::expected<broker_state> st = caf::make_error(ec::kafka_unavailable, "not asked yet");
+  for (int i = 0; i < 100 && !(st = (*admin)->inspect(topic)); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(st) << describe(st.error());
+  EXPECT_EQ(st->partition_count, 2);
+  EXPECT_EQ(st->retention_ms, 7200000);
+  EXPECT_EQ(st->cleanup_policy, "delete");
+  (*admin)->delete_topic(topic);
+
+  // One broker cannot hold three replicas: the broker's error, named.
+  auto three = test::run_program(devtool, {"create-topic", test::env().kafka_bootstrap,
+                                           test::unique_name("devtool-rf3"), "1",
+                                           "--replication-factor=3"});
+  EXPECT_EQ(three.rc, 1) << three.err;
+  EXPECT_NE(three.err.find("eplication"), std::string::npos) << three.err;
+  for (auto bad : {std::vector<std::string>{"--replication-factor=0"},
+                   std::vector<std::string>{"--config=novalue"},
+                   std::vector<std::string>{"x"}}) {
+    std::vector<std::string> args{"create-topic", test::env().kafka_bootstrap,
+                                  test::unique_name("devtool-bad")};
+    if (bad[0] != "x")
+      args.push_back("1");
+    args.insert(args.end(), bad.begin(), bad.end());
+    auto b = test::run_program(devtool, args);
+    EXPECT_EQ(b.rc, 2) << bad[0] << ": " << b.err;
+  }
+}
