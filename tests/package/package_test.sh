@@ -73,6 +73,46 @@ for script in postinst prerm postrm; do
   expect "$script parses (sh -n)" sh -n "$WORK/control/$script"
 done
 
+# The maintainer scripts' logic, against logging stand-ins for the commands
+# they call (nothing touches this machine's users, dpkg database or systemd):
+# a first configure creates the user and both statoverrides; a second one,
+# with the user and the overrides present, repeats neither; purge removes the
+# overrides.
+stubs=$WORK/stubs
+mkdir -p "$stubs"
+for cmd in adduser deb-systemd-helper deb-systemd-invoke systemctl; do
+  printf '#!/bin/sh\necho "%s $*" >>"$STUB_LOG"\n' "$cmd" >"$stubs/$cmd"
+done
+# getent/dpkg-statoverride --list answer from STUB_USER / STUB_OVERRIDES.
+printf '#!/bin/sh\n[ -n "$STUB_USER" ]\n' >"$stubs/getent"
+cat >"$stubs/dpkg-statoverride" <<'EOF'
+#!/bin/sh
+echo "dpkg-statoverride $*" >>"$STUB_LOG"
+[ "$1" != --list ] || [ -n "$STUB_OVERRIDES" ]
+EOF
+chmod +x "$stubs"/*
+run_script() { # run_script LOG USER OVERRIDES SCRIPT ARGS...
+  local log=$1 user=$2 overrides=$3 script=$4; shift 4
+  : >"$log"
+  STUB_LOG=$log STUB_USER=$user STUB_OVERRIDES=$overrides PATH="$stubs:$PATH" \
+    sh "$WORK/control/$script" "$@"
+}
+expect "postinst configure (first install) exits 0" run_script "$WORK/first.log" "" "" postinst configure
+first=$(cat "$WORK/first.log")
+expect "first configure creates the system user qsession" \
+  grep -q '^adduser --system --group .*--home /nonexistent .* qsession$' "$WORK/first.log"
+expect "first configure makes /etc/$NAME root:qsession 0750" \
+  contains "$first" "dpkg-statoverride --update --add root qsession 0750 /etc/$NAME"$'\n'
+expect "first configure makes the conffile root:qsession 0640" \
+  contains "$first" "dpkg-statoverride --update --add root qsession 0640 /etc/$NAME/production.conf"$'\n'
+expect "first configure does not enable or start the unit" eval '! grep -Eq "helper enable|invoke (start|restart)" "$WORK/first.log"'
+expect "postinst configure (again) exits 0" run_script "$WORK/again.log" yes yes postinst configure 0.2.0
+expect "a second configure neither re-creates the user nor re-adds overrides" \
+  eval '! grep -Eq "^adduser|--add" "$WORK/again.log"'
+expect "postrm purge exits 0" run_script "$WORK/purge.log" yes yes postrm purge
+expect "purge removes both statoverrides" \
+  test "$(grep -c '^dpkg-statoverride --remove' "$WORK/purge.log")" = 2
+
 cat >"$WORK/files.expected" <<EOF
 ./etc/$NAME/production.conf
 ./lib/systemd/system/$NAME.service
