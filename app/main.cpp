@@ -33,6 +33,7 @@ using namespace qsp;
 constexpr int exit_ok = 0, exit_usage = 2, exit_refused = 3, exit_unreachable = 4;
 
 const char* usage = R"(usage: qsession-projection <command> [--config-file=PATH] [--<group>.<key>=<value> ...]
+       qsession-projection --version
 
 commands:
   run        verify, catch up to this start's H0, serve, keep consuming until SIGTERM/SIGINT
@@ -256,6 +257,10 @@ int main(int argc, char** argv) {
   std::vector<std::string> commands{"run", "catch-up", "verify", "inspect", "audit"};
   std::string cmd = argc > 1 ? argv[1] : "";
   app::node_config cfg;
+  if (cmd == "--version" || cmd == "version") {
+    std::cout << "qsession-projection " << QSP_VERSION_STRING << '\n';
+    return exit_ok;
+  }
   if (cmd.empty() || cmd == "--help" || cmd == "-h" || cmd == "help") {
     std::cout << usage << cfg.help();
     return cmd.empty() ? exit_usage : exit_ok;

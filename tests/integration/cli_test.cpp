@@ -2,6 +2,7 @@
 // (exit 2 naming the key), unreachable dependencies (exit 4).
 #include <gtest/gtest.h>
 
+#include "qsession/projection/config.hpp"
 #include "tests/support/integration.hpp"
 
 using namespace qsp;
@@ -18,6 +19,9 @@ TEST(Cli, HelpListsEverySubcommandAndOptionDefaults) {
                     "--redis.password", "--redis.tls", "--http.listen"})
     EXPECT_NE(r.out.find(key), std::string::npos) << key;
   EXPECT_NE(r.out.find("(default: session_projection)"), std::string::npos);
+  auto v = test::run_cli({"--version"});
+  EXPECT_EQ(v.rc, 0);
+  EXPECT_EQ(v.out, "qsession-projection " QSP_VERSION_STRING "\n");
 }
 
 TEST(Cli, BadUsageAndBadConfigExitTwoNamingTheKey) {
