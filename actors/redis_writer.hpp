@@ -51,6 +51,7 @@ struct writer_state {
   struct in_flight {
     int32_t partition = 0;
     int64_t end_offset = 0;
+    int32_t end_epoch = -1;
     uint64_t records = 0;
     uint64_t recipient_writes = 0;
     size_t zadds = 0;

@@ -90,14 +90,19 @@ int cmd_verify(const app::node_settings& s) {
                 ? " (allowed by redis.allow-eviction)" : "",
               r->broker.cleanup_policy.empty() ? "(not reported)"
                                                : r->broker.cleanup_policy.c_str());
-  std::printf("%-9s %12s %12s %12s %12s  %s\n", "partition", "low", "high", "checkpoint", "start",
-              "verdict");
+  std::printf("%-9s %12s %12s %12s %6s %12s  %s\n", "partition", "low", "high", "checkpoint",
+              "epoch", "start", "verdict");
   for (auto& pp : r->plan.partitions) {
     auto cp = pp.checkpoint ? std::to_string(*pp.checkpoint) : std::string{"-"};
+    // The leader epoch stored with the checkpoint: the start is validated
+    // against the broker with it (a truncated log refuses once consuming).
+    auto e = r->leader_epochs.find(pp.partition);
+    auto epoch = e != r->leader_epochs.end() ? std::to_string(e->second) : std::string{"-"};
     auto st = pp.start && !bad.count(pp.partition) ? std::to_string(*pp.start) : std::string{"-"};
     std::string verdict = bad.count(pp.partition) ? "refuse" : core::to_string(pp.v);
-    std::printf("%-9d %12lld %12lld %12s %12s  %s\n", pp.partition, static_cast<long long>(pp.low),
-                static_cast<long long>(pp.high), cp.c_str(), st.c_str(), verdict.c_str());
+    std::printf("%-9d %12lld %12lld %12s %6s %12s  %s\n", pp.partition,
+                static_cast<long long>(pp.low), static_cast<long long>(pp.high), cp.c_str(),
+                epoch.c_str(), st.c_str(), verdict.c_str());
   }
   for (auto& p : r->problems)
     std::cerr << "refused: " << p.to_string() << '\n';
@@ -122,6 +127,9 @@ int cmd_inspect(const app::node_settings& s, bool json) {
   j["namespace"] = s.projection.ns;
   j["meta"] = r->stored.meta ? nlohmann::json(*r->stored.meta) : nlohmann::json(nullptr);
   j["checkpoints"] = nlohmann::json(r->stored.checkpoints);
+  auto& ep = j["epochs"] = nlohmann::json::object();
+  for (auto& [p, fields] : r->stored.epochs)
+    ep[std::to_string(p)] = fields;
   auto& b = j["broker"];
   b["cluster_id"] = r->broker.cluster_id;
   b["topic"] = s.projection.topic;
@@ -153,7 +161,8 @@ int cmd_inspect(const app::node_settings& s, bool json) {
             << ", retention.ms " << r->broker.retention_ms << ", cleanup.policy "
             << (r->broker.cleanup_policy.empty() ? "(not reported)" : r->broker.cleanup_policy)
             << "\n\n";
-  std::printf("%-9s %12s %12s %12s %12s\n", "partition", "low", "lso", "high", "next_offset");
+  std::printf("%-9s %12s %12s %12s %12s %6s\n", "partition", "low", "lso", "high", "next_offset",
+              "epoch");
   for (size_t p = 0; p < r->broker.marks.size(); ++p) {
     auto key = std::to_string(p);
     auto i = r->stored.checkpoints.find(key);
@@ -162,10 +171,21 @@ int cmd_inspect(const app::node_settings& s, bool json) {
       auto f = i->second.find("next_offset");
       cp = f != i->second.end() ? f->second : "(missing)";
     }
-    std::printf("%-9zu %12lld %12lld %12lld %12s\n", p,
+    // The stored sidecar as it is: "next_offset/epoch" when it belongs to
+    // another offset than the checkpoint (then the start is not validated).
+    std::string epoch = "-";
+    if (auto e = r->stored.epochs.find(static_cast<int32_t>(p)); e != r->stored.epochs.end()) {
+      auto field = [&](const char* f) {
+        auto i = e->second.find(f);
+        return i != e->second.end() ? i->second : std::string{"?"};
+      };
+      epoch = field("next_offset") == cp ? field("leader_epoch")
+                                         : field("next_offset") + "/" + field("leader_epoch");
+    }
+    std::printf("%-9zu %12lld %12lld %12lld %12s %6s\n", p,
                 static_cast<long long>(r->broker.marks[p].low),
                 static_cast<long long>(r->broker.marks[p].high),
-                static_cast<long long>(r->broker.true_high[p]), cp.c_str());
+                static_cast<long long>(r->broker.true_high[p]), cp.c_str(), epoch.c_str());
   }
   for (auto& [suffix, fields] : r->stored.checkpoints)
     if (!core::parse_decimal(suffix) || *core::parse_decimal(suffix) >= r->broker.partition_count)

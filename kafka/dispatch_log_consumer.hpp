@@ -50,8 +50,13 @@ public:
 
   ~dispatch_log_consumer() override;
 
-  caf::expected<void> start(const std::map<int32_t, int64_t>& starts) override;
+  caf::expected<void> start(const std::map<int32_t, int64_t>& starts,
+                            const std::map<int32_t, int32_t>& epochs = {}) override;
   std::shared_ptr<partition_reader> reader(int32_t partition) override;
+  /// The leader epoch of the application position (the last record or
+  /// transaction marker consumed) of `partition` if that position is
+  /// exactly `offset`, else -1.
+  int32_t position_epoch(int32_t partition, int64_t offset);
 
   /// Drains client-level events (errors not tied to a partition).  Final:
   /// authentication/authorization failures and certificate problems
