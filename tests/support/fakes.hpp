@@ -351,6 +351,10 @@ public:
   caf::expected<void> start(const std::map<int32_t, int64_t>& starts) override;
   /// nullptr before start() or for a partition start() did not assign.
   std::shared_ptr<partition_reader> reader(int32_t partition) override;
+  /// The high watermark (end of the log, open transactions included) of an
+  /// assigned partition, always current: librdkafka's fetcher keeps its
+  /// cached value fresh in the background, whatever the application polls.
+  int64_t log_end(int32_t partition) override;
   const std::map<int32_t, int64_t>& starts() const { return starts_; }
 
 private:
