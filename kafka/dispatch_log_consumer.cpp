@@ -249,8 +249,17 @@ std::shared_ptr<partition_reader> dispatch_log_consumer::reader(int32_t partitio
                                                partition);
 }
 
-namespace {
+int64_t dispatch_log_consumer::log_end(int32_t partition) {
+  if (queues_.count(partition) == 0)
+    return -1; // not assigned by start()
+  int64_t low = -1, high = -1;
+  if (rd_kafka_get_watermark_offsets(rk_.get(), cfg_.topic.c_str(), partition, &low, &high)
+      != RD_KAFKA_RESP_ERR_NO_ERROR)
+    return -1;
+  return high >= 0 ? high : -1; // RD_KAFKA_OFFSET_INVALID before the first fetch response
+}
 
+namespace {
 
 bool mentions_certificate(const std::string& text) {
   return text.find("certificate") != std::string::npos

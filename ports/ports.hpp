@@ -159,6 +159,10 @@ public:
                                     const std::map<int32_t, int32_t>& epochs = {}) = 0;
   /// A reader for one assigned partition.
   virtual std::shared_ptr<partition_reader> reader(int32_t partition) = 0;
+  /// The end of an assigned partition's log (its high watermark) as the
+  /// consumer last learnt it from the broker, without asking the broker;
+  /// -1 while unknown.  Callable from any thread, never blocks.
+  virtual int64_t log_end(int32_t /*partition*/) { return -1; }
 };
 
 /// Builds fresh adapters for each (re)start of the pipeline.

@@ -667,6 +667,13 @@ std::shared_ptr<partition_reader> fake_dispatch_log::reader(int32_t partition) {
   return r;
 }
 
+int64_t fake_dispatch_log::log_end(int32_t partition) {
+  lock g{w_->mtx};
+  if (starts_.count(partition) == 0)
+    return -1;
+  return w_->end(partition);
+}
+
 // -- factory -----------------------------------------------------------------------
 
 caf::expected<std::unique_ptr<broker_inspector>> fake_port_factory::make_inspector() {

@@ -355,6 +355,10 @@ public:
                             const std::map<int32_t, int32_t>& epochs = {}) override;
   /// nullptr before start() or for a partition start() did not assign.
   std::shared_ptr<partition_reader> reader(int32_t partition) override;
+  /// The high watermark (end of the log, open transactions included) of an
+  /// assigned partition, always current: librdkafka's fetcher keeps its
+  /// cached value fresh in the background, whatever the application polls.
+  int64_t log_end(int32_t partition) override;
   const std::map<int32_t, int64_t>& starts() const { return starts_; }
   /// The stored leader epochs the last start() was given to validate.
   const std::map<int32_t, int32_t>& epochs() const { return epochs_; }
