@@ -166,19 +166,24 @@ void answer_flushes(writer_pointer self) {
 }
 
 // Asks the identity fence for a check that starts after the newest batch in
-// `fenced` was fetched, unless a request was already sent after it arrived.
+// `fenced` was fetched, unless a request sent after it arrived is still
+// unanswered (an answered one checkpointed only what was fenced by then: a
+// batch fetched before it but confirmed after its answer needs a new check).
 // Requests may overlap: the fence answers them in order, and every request
 // waiting when a check starts is answered by that check, so a checkpoint
 // waits for at most the next check, not for the one after it.
 void request_fence(writer_pointer self, fence_actor fence, aggregator_actor aggregator) {
   auto& st = self->state;
-  if (st.fenced.empty() || st.fenced.back().fence_tag < st.fence_requests)
+  if (st.fenced.empty()
+      || (st.fenced.back().fence_tag < st.fence_requests
+          && st.fence_answered < st.fence_requests))
     return;
   auto k = ++st.fence_requests;
   self->request(fence, caf::infinite, atom::check_v)
     .then(
       [=](uint64_t) {
         auto& st = self->state;
+        st.fence_answered = std::max(st.fence_answered, k);
         auto cps = st.checkpoint_fenced(k, self->clock().now());
         if (!cps) {
           writer_fail(self, cps.error());

@@ -36,6 +36,8 @@ struct writer_state {
   std::chrono::milliseconds confirm_wait{2};
   /// Identity-fence requests sent so far.
   uint64_t fence_requests = 0;
+  /// The newest identity-fence request answered (answers come in order).
+  uint64_t fence_answered = 0;
   std::shared_ptr<metrics> stats;
   // Scratch, reused across batches.
   struct member_ref {
