@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -25,11 +26,16 @@ namespace {
 
 const services& ha() { return *qsp::test::ha_env(); }
 
+// Skips without an HA set; fails instead when QSP_REQUIRE_HA is set
+// (scripts/test --ha), so a set that is not found cannot pass as skipped.
 #define REQUIRE_HA_SET()                                   \
   do {                                                     \
     std::string why_;                                      \
-    if (qsp::test::ha_env(&why_) == nullptr)               \
+    if (qsp::test::ha_env(&why_) == nullptr) {             \
+      if (std::getenv("QSP_REQUIRE_HA") != nullptr)        \
+        FAIL() << why_;                                    \
       GTEST_SKIP() << why_;                                \
+    }                                                      \
   } while (false)
 
 /// "field:value" lines of INFO replication at host:port (empty if it does not answer).
