@@ -386,10 +386,11 @@ ha_start() {
   done
   local initial; initial=$(IFS=,; echo "${voters[*]}")
   for i in "${HA_IDS[@]}"; do
+    # shellcheck disable=SC2086  # KAFKA_FORMAT_EXTRA is a whitespace-separated list
     java -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Djava.awt.headless=true \
         "-Dlog4j2.configurationFile=$KAFKA_SUPPORT/log4j2.xml" "-Dkafka.logs.dir=$STATE/logs/kafka-$i" \
         -cp "$KAFKA_CP" kafka.tools.StorageTool format --initial-controllers "$initial" \
-        -t "$cluster_id" -c "$STATE/kafka-$i/server.properties" \
+        -t "$cluster_id" -c "$STATE/kafka-$i/server.properties" ${KAFKA_FORMAT_EXTRA:-} \
         >"$STATE/logs/kafka-$i-format.log" 2>&1 &
     fpids+=($!)
   done
