@@ -41,7 +41,7 @@ HA_START_TIMEOUT=${QSP_START_TIMEOUT:-180}
 
 rcli() { local port=$1; shift; timeout 5 redis-cli -h "$HOST" -p "$port" "$@" 2>/dev/null; }
 
-ha_port() { awk -v n="$1" '$1 == n { print $2 }' "$STATE/ha-ports" 2>/dev/null; }
+ha_port() { awk -v n="$1" '$1 == n { print $2 }' "$STATE/ha-ports" 2>/dev/null || true; }
 
 # ha_list PREFIX [id=] -> comma-separated HOST:PORT of PREFIX-1..3 (with "id=": 1=HOST:PORT,...)
 ha_list() {
