@@ -17,7 +17,13 @@ TEST(KafkaAdmin, DescribesTopicIdentityAndRecreationChangesTopicId) {
   test::create_topic(topic, 3);
   auto admin = kafka::admin::make(test::kafka_client());
   ASSERT_TRUE(admin) << describe(admin.error());
+  // A new topic's leaders may not have reached the broker's metadata yet
+  // (NOT_LEADER_FOR_PARTITION, transient): bounded retries.
   auto st = (*admin)->inspect(topic);
+  for (int i = 0; i < 100 && !st; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    st = (*admin)->inspect(topic);
+  }
   ASSERT_TRUE(st) << describe(st.error());
   EXPECT_FALSE(st->cluster_id.empty());
   EXPECT_TRUE(core::is_valid_topic_id_text(st->topic_id)) << st->topic_id;
