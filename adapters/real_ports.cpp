@@ -1,5 +1,6 @@
 #include "adapters/real_ports.hpp"
 
+#include "core/endpoint.hpp"
 #include "kafka/admin.hpp"
 #include "redis/stores.hpp"
 
@@ -20,6 +21,12 @@ redis::settings redis_config_of(const projection_settings& s) {
   redis::settings r;
   r.host = s.redis.host;
   r.port = s.redis.port;
+  for (auto& text : s.redis.sentinels)
+    if (auto hp = core::parse_host_port(text)) // validate() refused any other
+      r.sentinels.push_back(redis::address{hp->host, hp->port});
+  r.master_name = s.redis.master_name;
+  r.sentinel_username = s.redis.sentinel_username;
+  r.sentinel_password = s.redis.sentinel_password;
   r.username = s.redis.username;
   r.password = s.redis.password;
   r.tls = s.redis.tls;
@@ -43,6 +50,9 @@ public:
     kafka_.client.logs = opts.logs;
     kafka_.client.keepalive = opts.io;
     redis_.keepalive = opts.io;
+    // With Sentinels: the session stores follow the primary the last
+    // checkpoint store found (redis::primary_pin).
+    redis_.pin = std::make_shared<redis::primary_pin>();
     // Every client-level Kafka error is counted (stats may be absent), and
     // still reaches a callback the host set itself.
     kafka_.on_client_error = [stats = std::move(opts.stats),
