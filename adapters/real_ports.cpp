@@ -1,5 +1,8 @@
 #include "adapters/real_ports.hpp"
 
+#include <mutex>
+#include <optional>
+
 #include "core/endpoint.hpp"
 #include "kafka/admin.hpp"
 #include "redis/stores.hpp"
@@ -46,7 +49,7 @@ namespace {
 class real_ports final : public port_factory {
 public:
   real_ports(const projection_settings& s, real_ports_options opts)
-    : kafka_(kafka_config_of(s)), redis_(redis_config_of(s)), io_(opts.io) {
+    : kafka_(kafka_config_of(s)), redis_(redis_config_of(s)), io_(opts.io), logs_(opts.logs) {
     kafka_.client.logs = opts.logs;
     kafka_.client.keepalive = opts.io;
     redis_.keepalive = opts.io;
@@ -75,6 +78,14 @@ public:
     auto s = redis::redis_checkpoint_store::open(redis_);
     if (!s)
       return s.error();
+    // With Sentinels: say where the primary is whenever that changes.
+    std::lock_guard<std::mutex> guard{announce_mtx_}; // verifiers of two generations may overlap
+    if (auto at = redis_.pin ? redis_.pin->get() : std::nullopt;
+        at && logs_ && (!announced_ || announced_->to_string() != at->to_string())) {
+      logs_->info("redis: the Sentinels name {} as the primary of '{}' (ROLE master)",
+                  at->to_string(), redis_.master_name);
+      announced_ = at;
+    }
     return std::unique_ptr<checkpoint_store>{std::move(*s)};
   }
 
@@ -96,6 +107,9 @@ private:
   kafka::dispatch_log_consumer_config kafka_;
   redis::settings redis_;
   std::shared_ptr<void> io_;
+  log_ptr logs_;
+  std::mutex announce_mtx_;
+  std::optional<redis::address> announced_; ///< the primary last logged
 };
 
 } // namespace
