@@ -17,7 +17,9 @@
 #include <signal.h>
 
 #include <atomic>
+#include <fstream>
 #include <mutex>
+#include <regex>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -165,6 +167,57 @@ TEST_F(HaRedis, AWrongMasterNameIsAFinalErrorNamingIt) {
   auto r = test::run_cli(args);
   EXPECT_EQ(r.rc, 2) << r.err;
   EXPECT_TRUE(contains(r.err, "redis.master-name")) << r.err;
+}
+
+TEST_F(HaRedis, SentinelCredentialsFromTheAclExampleAndRefusalsNameThem) {
+  // The Sentinel user of config/redis-acl.conf (a comment there: it belongs
+  // in sentinel.conf), with the placeholder replaced.
+  std::ifstream in{QSP_SOURCE_DIR "/config/redis-acl.conf"};
+  std::string line, user_line;
+  while (std::getline(in, line))
+    if (line.rfind("# user qsession-sentinel ", 0) == 0)
+      user_line = std::regex_replace(line.substr(2), std::regex{">CHANGE-ME"}, ">s-pw-1");
+  ASSERT_FALSE(user_line.empty()) << "config/redis-acl.conf lacks the Sentinel user";
+  test::private_sentinel guarded{set->master_name, set->servers[0]->port, 2,
+                                 {user_line, "user nobody on >n-pw -@all"}};
+  ASSERT_TRUE(eventually([&] {
+    return contains(test::cli(guarded.port, "SENTINEL GET-MASTER-ADDR-BY-NAME " + set->master_name),
+                    std::to_string(set->servers[0]->port));
+  }, 20s));
+  auto c = cfg();
+  c.sentinels = {redis::address{"127.0.0.1", guarded.port}};
+  c.sentinel_username = "qsession-sentinel";
+  c.sentinel_password = "s-pw-1";
+  auto ok = redis::connection::open(c);
+  ASSERT_TRUE(ok) << text_of(ok.error());
+  EXPECT_TRUE(contains((*ok)->where(), std::to_string(set->servers[0]->port)));
+  // A wrong password: final, naming the user and the keys, never the password.
+  c.sentinel_password = "wrong-pw-2";
+  auto bad = redis::connection::open(c);
+  ASSERT_FALSE(bad);
+  auto text = text_of(bad.error());
+  EXPECT_EQ(bad.error().code(), static_cast<uint8_t>(ec::invalid_config)) << text;
+  EXPECT_TRUE(contains(text, "AUTH failed for user 'qsession-sentinel' (redis.sentinel-username / "
+                             "redis.sentinel-password-file)")) << text;
+  EXPECT_FALSE(contains(text, "wrong-pw-2")) << text;
+  // A user the Sentinel's ACL denies the command: final, naming the ACL.
+  c.sentinel_username = "nobody";
+  c.sentinel_password = "n-pw";
+  auto denied = redis::connection::open(c);
+  ASSERT_FALSE(denied);
+  EXPECT_EQ(denied.error().code(), static_cast<uint8_t>(ec::invalid_config))
+    << text_of(denied.error());
+  EXPECT_TRUE(contains(text_of(denied.error()), "the ACL denies SENTINEL")) << text_of(denied.error());
+  // On Redis, a user without +role cannot pass the primary check: final.
+  ASSERT_EQ(test::cli(set->servers[0]->port, "ACL SETUSER norole on '>r-pw' '~*' +@all -role"), "OK\n");
+  auto r = cfg();
+  r.username = "norole";
+  r.password = "r-pw";
+  auto norole = redis::connection::open(r);
+  ASSERT_FALSE(norole);
+  EXPECT_EQ(norole.error().code(), static_cast<uint8_t>(ec::invalid_config))
+    << text_of(norole.error());
+  EXPECT_TRUE(contains(text_of(norole.error()), "the ACL denies ROLE")) << text_of(norole.error());
 }
 
 namespace {

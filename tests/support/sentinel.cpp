@@ -49,7 +49,7 @@ std::string field_of(const std::string& text, const std::string& field) {
 } // namespace
 
 private_sentinel::private_sentinel(const std::string& master_name, uint16_t primary_port,
-                                   int quorum) {
+                                   int quorum, const std::vector<std::string>& extra_conf) {
   dir = "/tmp/" + unique_name("sentinel");
   sh("mkdir -p " + dir);
   port = free_port();
@@ -65,6 +65,8 @@ private_sentinel::private_sentinel(const std::string& master_name, uint16_t prim
          << "sentinel down-after-milliseconds " << master_name << " 1000\n"
          << "sentinel failover-timeout " << master_name << " 10000\n"
          << "sentinel parallel-syncs " << master_name << " 2\n";
+    for (auto& line : extra_conf)
+      conf << line << "\n";
   }
   auto conf = dir + "/sentinel.conf";
   pid = ::fork();

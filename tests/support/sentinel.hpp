@@ -20,8 +20,10 @@ struct private_sentinel {
   uint16_t port = 0;
   int pid = -1;
 
-  /// Monitors `master_name` at 127.0.0.1:`primary_port` with `quorum`.
-  private_sentinel(const std::string& master_name, uint16_t primary_port, int quorum);
+  /// Monitors `master_name` at 127.0.0.1:`primary_port` with `quorum`;
+  /// `extra_conf` lines go to its sentinel.conf.
+  private_sentinel(const std::string& master_name, uint16_t primary_port, int quorum,
+                   const std::vector<std::string>& extra_conf = {});
   ~private_sentinel();
   void stop();
   std::string address() const { return "127.0.0.1:" + std::to_string(port); }
