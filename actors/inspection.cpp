@@ -84,6 +84,10 @@ caf::expected<inspection> inspect_startup(const projection_settings& cfg, broker
   r.validated = core::validate_stored(r.stored, r.observed);
   for (auto& p : r.validated.problems)
     r.problems.push_back(p);
+  auto epochs = core::validate_epochs(r.stored, r.validated.next_offsets);
+  r.leader_epochs = std::move(epochs.leader_epochs);
+  for (auto& p : epochs.problems)
+    r.problems.push_back(p);
   // Plan only over a partition layout that matches; otherwise the range check
   // would compare offsets of a different log.
   if (r.broker.partition_count == cfg.partition_count) {

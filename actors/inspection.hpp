@@ -2,6 +2,7 @@
 // consuming or writing: shared by the metadata verifier and `verify`/`inspect`.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,8 @@ struct inspection {
   core::validation validated;
   core::start_plan plan;
   std::vector<core::problem> problems;  ///< identity + stored + plan, all of them
+  /// The stored leader epoch of each validated checkpoint, where known.
+  std::map<int32_t, int32_t> leader_epochs;
   bool ok() const { return problems.empty(); }
 };
 

@@ -38,12 +38,13 @@ caf::expected<verified_start> verifier_state::run(const projection_settings& cfg
   vs.id = r->observed;
   vs.starts = r->plan.starts();
   vs.checkpoints = r->validated.next_offsets;
+  vs.epochs = r->leader_epochs;
   vs.h0 = r->plan.h0();
   for (size_t p = 0; p < r->broker.true_high.size(); ++p)
     vs.true_high[static_cast<int32_t>(p)] = r->broker.true_high[p];
   vs.retention_ms = r->broker.retention_ms;
   // Create the consumer with the explicit starts; it checks [low, high] itself.
-  if (auto started = gen.log->start(vs.starts); !started)
+  if (auto started = gen.log->start(vs.starts, vs.epochs); !started)
     return started.error();
   // Identity must be unchanged between the inspection and the consumer's readiness.
   auto again = broker->identity(cfg.topic);

@@ -118,6 +118,8 @@ void add_options(caf::config_option_set& opts, const std::string& group) {
                         "(default: 10s)")
     .add<caf::timespan>("shutdown-timeout",
                         "how long a shutdown waits for the actors and I/O to stop (default: 10s)")
+    .add<caf::timespan>("progress-interval",
+                        "catch-up (and audit) progress log line interval (default: 5s)")
     .add<bool>("allow-shared-convs-prefix",
                "allow a second projection in one process to write the same convs-prefix on the "
                "same Redis under another namespace (default: false)");
@@ -195,6 +197,7 @@ caf::expected<projection_settings> read_settings(const caf::settings& content,
   s.identity_check_interval = get("projection", "identity-check-interval", s.identity_check_interval);
   s.identity_check_min_gap = get("projection", "identity-check-min-gap", s.identity_check_min_gap);
   s.shutdown_timeout = get("projection", "shutdown-timeout", s.shutdown_timeout);
+  s.progress_interval = get("projection", "progress-interval", s.progress_interval);
   s.idle_poll = get("projection", "idle-poll", s.idle_poll);
   s.allow_shared_convs_prefix = get("projection", "allow-shared-convs-prefix", false);
 

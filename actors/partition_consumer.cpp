@@ -32,10 +32,13 @@ caf::expected<partition_batch> consumer_state::next_batch(const projection_setti
     b.bytes += rec.value.size();
     b.records.push_back(std::move(d));
     b.end_offset = rec.offset + 1;
+    b.end_epoch = rec.leader_epoch;
   }
   // Offsets below the EOF position were delivered or are markers/aborted.
-  if (passed > b.end_offset)
+  if (passed > b.end_offset) {
     b.end_offset = passed;
+    b.end_epoch = reader->position_epoch(passed);
+  }
   return b;
 }
 

@@ -20,20 +20,43 @@ int64_t aggregator_state::remaining() const {
   return n;
 }
 
-bool aggregator_state::advance(const checkpoint_advanced& cp) {
+bool aggregator_state::advance(const checkpoint_advanced& cp, time_point now) {
   auto i = parts.find(cp.partition);
   if (i == parts.end() || cp.next_offset < i->second.next_offset)
     return false;
+  if (cp.next_offset > i->second.next_offset)
+    live[cp.partition].advanced = now;
   i->second.next_offset = cp.next_offset;
   return true;
+}
+
+void aggregator_state::fill_live(partition_status& ps, int64_t cached_end, time_point now) {
+  // H0 was the last stable offset at this start: the log end is never below it.
+  ps.log_end = std::max(ps.h0, cached_end);
+  ps.live_lag = std::max<int64_t>(0, ps.log_end - ps.next_offset);
+  auto& lv = live[ps.partition];
+  if (ps.live_lag == 0) {
+    lv.idle_seen = now;
+    ps.progress_age_ms = 0;
+    return;
+  }
+  auto since = std::max(lv.advanced, lv.idle_seen);
+  ps.progress_age_ms = std::max<int64_t>(
+    0, std::chrono::duration_cast<std::chrono::milliseconds>(now - since).count());
 }
 
 aggregator_actor::behavior_type
 readiness_aggregator(aggregator_actor::stateful_pointer<aggregator_state> self,
                      projection_settings cfg, verified_start vs, supervisor_actor supervisor,
-                     log_ptr logs) {
-  for (auto& [p, start] : vs.starts)
+                     log_ptr logs, std::shared_ptr<dispatch_log> log) {
+  self->state.log = std::move(log);
+  auto now = self->clock().now();
+  for (auto& [p, start] : vs.starts) {
     self->state.parts[p] = partition_status{p, start, vs.h0[p], start};
+    // The generation's start counts as progress: the age of a partition
+    // that never moves grows from here.
+    self->state.live[p] = aggregator_state::liveness{now, now};
+  }
   auto announce_if_ready = [=] {
     if (!self->state.announced && self->state.ready()) {
       self->state.announced = true;
@@ -46,7 +69,7 @@ readiness_aggregator(aggregator_actor::stateful_pointer<aggregator_state> self,
     self->delayed_send(self, cfg.progress_interval, atom::poll_v);
   return {
     [=](atom::progress, const checkpoint_advanced& cp) {
-      if (!self->state.advance(cp))
+      if (!self->state.advance(cp, self->clock().now()))
         logs->warn("partition {}: checkpoint {} reported out of order", cp.partition,
                      cp.next_offset);
       announce_if_ready();
@@ -72,9 +95,13 @@ readiness_aggregator(aggregator_actor::stateful_pointer<aggregator_state> self,
       self->delayed_send(self, cfg.progress_interval, atom::poll_v);
     },
     [=](atom::status) -> std::vector<partition_status> {
+      auto& st = self->state;
+      auto now = self->clock().now();
       std::vector<partition_status> out;
-      for (auto& [p, ps] : self->state.parts)
+      for (auto& [p, ps] : st.parts) {
         out.push_back(ps);
+        st.fill_live(out.back(), st.log ? st.log->log_end(p) : -1, now);
+      }
       return out;
     },
   };

@@ -72,6 +72,7 @@ caf::expected<bool> writer_state::send(const partition_batch& b,
   in_flight f;
   f.partition = b.partition;
   f.end_offset = b.end_offset;
+  f.end_epoch = b.end_epoch;
   f.records = b.records.size();
   for (auto& u : ups)
     f.recipient_writes += u.count;
@@ -100,6 +101,7 @@ caf::expected<std::vector<checkpoint_advanced>>
 writer_state::checkpoint_fenced(uint64_t answered, caf::actor_clock::time_point now) {
   // Batches of a partition are in offset order: its last one is its highest.
   std::map<int32_t, checkpoint_advanced> next;
+  std::map<int32_t, int32_t> epochs;
   size_t covered = 0;
   for (auto& f : fenced) {
     if (f.fence_tag >= answered)
@@ -107,6 +109,7 @@ writer_state::checkpoint_fenced(uint64_t answered, caf::actor_clock::time_point 
     auto& cp = next[f.partition];
     cp.partition = f.partition;
     cp.next_offset = f.end_offset;
+    epochs[f.partition] = f.end_epoch;
     cp.records += f.records;
     cp.recipient_writes += f.recipient_writes;
     ++covered;
@@ -116,7 +119,7 @@ writer_state::checkpoint_fenced(uint64_t answered, caf::actor_clock::time_point 
     // Every reply of every batch up to cp.next_offset was read and none was
     // an error, and the identity was confirmed after they were fetched.
     auto& cur = stored[p];
-    if (auto ok = gen->checkpoints->write_checkpoint(id, p, cur, cp.next_offset); !ok)
+    if (auto ok = gen->checkpoints->write_checkpoint(id, p, cur, cp.next_offset, epochs[p]); !ok)
       return ok.error();
     cur = cp.next_offset;
     stats->records += cp.records;
@@ -163,19 +166,24 @@ void answer_flushes(writer_pointer self) {
 }
 
 // Asks the identity fence for a check that starts after the newest batch in
-// `fenced` was fetched, unless a request was already sent after it arrived.
+// `fenced` was fetched, unless a request sent after it arrived is still
+// unanswered (an answered one checkpointed only what was fenced by then: a
+// batch fetched before it but confirmed after its answer needs a new check).
 // Requests may overlap: the fence answers them in order, and every request
 // waiting when a check starts is answered by that check, so a checkpoint
 // waits for at most the next check, not for the one after it.
 void request_fence(writer_pointer self, fence_actor fence, aggregator_actor aggregator) {
   auto& st = self->state;
-  if (st.fenced.empty() || st.fenced.back().fence_tag < st.fence_requests)
+  if (st.fenced.empty()
+      || (st.fenced.back().fence_tag < st.fence_requests
+          && st.fence_answered < st.fence_requests))
     return;
   auto k = ++st.fence_requests;
   self->request(fence, caf::infinite, atom::check_v)
     .then(
       [=](uint64_t) {
         auto& st = self->state;
+        st.fence_answered = std::max(st.fence_answered, k);
         auto cps = st.checkpoint_fenced(k, self->clock().now());
         if (!cps) {
           writer_fail(self, cps.error());

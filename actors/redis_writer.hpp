@@ -36,6 +36,8 @@ struct writer_state {
   std::chrono::milliseconds confirm_wait{2};
   /// Identity-fence requests sent so far.
   uint64_t fence_requests = 0;
+  /// The newest identity-fence request answered (answers come in order).
+  uint64_t fence_answered = 0;
   std::shared_ptr<metrics> stats;
   // Scratch, reused across batches.
   struct member_ref {
@@ -51,6 +53,7 @@ struct writer_state {
   struct in_flight {
     int32_t partition = 0;
     int64_t end_offset = 0;
+    int32_t end_epoch = -1;
     uint64_t records = 0;
     uint64_t recipient_writes = 0;
     size_t zadds = 0;

@@ -160,7 +160,8 @@ void on_verified(supervisor_pointer self, verified_start vs, std::shared_ptr<gen
     return io ? self->spawn<caf::detached>(fun, std::forward<decltype(xs)>(xs)...)
               : self->spawn(fun, std::forward<decltype(xs)>(xs)...);
   };
-  st.aggregator = self->spawn(readiness_aggregator, st.cfg, vs, supervisor_actor{self}, st.logs);
+  st.aggregator = self->spawn(readiness_aggregator, st.cfg, vs, supervisor_actor{self}, st.logs,
+                              gen->log);
   adopt(self, st.aggregator);
   st.fence = spawn_io(identity_fence, st.cfg, vs.id, gen, st.stats);
   adopt(self, st.fence);

@@ -34,8 +34,6 @@ constexpr int exit_ok = 0, exit_refused = 3, exit_unreachable = 4, exit_differen
 
 /// The replay fails (exit 4) when no partition made progress for this long.
 constexpr auto stall_limit = std::chrono::seconds(120);
-/// Progress lines on stderr while replaying.
-constexpr auto progress_every = std::chrono::seconds(10);
 /// Users per pipelined round trip of ZRANGE.
 constexpr size_t users_per_chunk = 1000;
 /// Records per poll of one partition.
@@ -63,7 +61,8 @@ std::string_view str(const redisReply* r) {
 
 /// Reads every partition from 0 up to its target into `m`.  Returns an exit
 /// code (< 0: success).
-int replay(const node_settings& s, std::vector<partition_progress>& parts, replay_model& m) {
+int replay(const node_settings& s, std::vector<partition_progress>& parts, replay_model& m,
+           const progress_options& progress_opts, std::shared_ptr<status_line> line) {
   std::map<int32_t, int64_t> starts;
   for (auto& pp : parts) {
     if (pp.target <= 0)
@@ -97,7 +96,26 @@ int replay(const node_settings& s, std::vector<partition_progress>& parts, repla
   std::string why;
   std::vector<log_record> buf;
   auto last_progress = clock_type::now();
-  auto last_report = last_progress;
+  // Offsets passed of all partitions, against the sum of the targets.
+  int64_t total = 0;
+  for (auto& pp : parts)
+    total += std::max<int64_t>(0, pp.target);
+  auto passed_offsets = [&] {
+    int64_t n = 0;
+    for (auto& pp : parts)
+      n += pp.target <= 0 ? 0 : pp.done ? pp.target : std::min(pp.position, pp.target);
+    return n;
+  };
+  auto model_size = [&] {
+    return format_count(static_cast<int64_t>(m.users.size())) + " users / "
+           + format_count(static_cast<int64_t>(m.entries)) + " entries (~"
+           + std::to_string(m.approx_bytes() >> 20) + " MiB)";
+  };
+  progress_display progress{
+    "audit", "offsets", progress_opts, std::move(line),
+    [](const std::string& text) { std::cerr << text << '\n'; }, s.projection.progress_interval,
+    last_progress};
+  progress.update(0, total, last_progress);
   for (;;) {
     bool progressed = false, pending = false;
     for (auto& pp : parts) {
@@ -105,10 +123,12 @@ int replay(const node_settings& s, std::vector<partition_progress>& parts, repla
         continue;
       buf.clear();
       int64_t passed = -1;
-      if (auto ok = pp.reader->poll(poll_max, buf, passed); !ok)
+      if (auto ok = pp.reader->poll(poll_max, buf, passed); !ok) {
+        progress.abandon();
         return fail("reading topic " + s.projection.topic + " partition "
                       + std::to_string(pp.partition),
                     ok.error());
+      }
       for (auto& rec : buf) {
         if (rec.offset >= pp.target) {
           pp.done = true;
@@ -117,6 +137,7 @@ int replay(const node_settings& s, std::vector<partition_progress>& parts, repla
         if (rec.offset < pp.position)
           continue;  // redelivery
         if (!decoder.decode(rec.value, d, why)) {
+          progress.abandon();
           std::cerr << "audit: cannot prove: topic " << s.projection.topic << " partition "
                     << pp.partition << " offset " << rec.offset
                     << " is undecodable below the checkpoint next_offset " << pp.target << ": "
@@ -144,6 +165,7 @@ int replay(const node_settings& s, std::vector<partition_progress>& parts, repla
     if (progressed) {
       last_progress = now;
     } else if (now - last_progress > stall_limit) {
+      progress.abandon();
       for (auto& pp : parts)
         if (!pp.done)
           std::cerr << "audit: topic " << s.projection.topic << " partition " << pp.partition
@@ -155,16 +177,13 @@ int replay(const node_settings& s, std::vector<partition_progress>& parts, repla
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-    if (now - last_report > progress_every) {
-      last_report = now;
-      uint64_t recs = 0;
-      for (auto& pp : parts)
-        recs += pp.records;
-      std::cerr << "audit: replayed " << recs << " records so far, model " << m.users.size()
-                << " users / " << m.entries << " entries (~" << (m.approx_bytes() >> 20)
-                << " MiB)\n";
-    }
+    progress.update(passed_offsets(), total, now,
+                    progress.due(now) ? "model " + model_size() : std::string{});
   }
+  uint64_t records = 0;
+  for (auto& pp : parts)
+    records += pp.records;
+  progress.finish(total, clock_type::now(), format_count(static_cast<int64_t>(records)) + " records");
   if (auto err = (*log)->poll_events())
     return fail("consumer", err);
   return -1;
@@ -246,7 +265,8 @@ void print_samples(const char* kind, const std::vector<std::string>& v) {
 
 } // namespace
 
-int cmd_audit(const node_settings& s) {
+int cmd_audit(const node_settings& s, const progress_options& progress,
+              std::shared_ptr<status_line> line) {
   // 1. The startup inspection: the checkpoints must belong to this log.
   auto ports = make_real_ports(s.projection);
   auto broker = ports->make_inspector();
@@ -287,7 +307,7 @@ int cmd_audit(const node_settings& s) {
   }
   replay_model m;
   auto t0 = clock_type::now();
-  if (int rc = replay(s, parts, m); rc >= 0)
+  if (int rc = replay(s, parts, m, progress, std::move(line)); rc >= 0)
     return rc;
   auto t1 = clock_type::now();
 

@@ -14,10 +14,16 @@
 // per user, so auditing a large history needs memory of that order.
 #pragma once
 
+#include <memory>
+
 #include "app/node_config.hpp"
+#include "app/progress.hpp"
 
 namespace qsp::app {
 
-int cmd_audit(const node_settings& s);
+/// Progress of the replay: a bar on `line` (non-null: stderr shows one), else
+/// a plain line every projection.progress-interval on stderr.
+int cmd_audit(const node_settings& s, const progress_options& progress,
+              std::shared_ptr<status_line> line);
 
 } // namespace qsp::app

@@ -7,9 +7,11 @@
 //       Topic configs such as min.insync.replicas=2,
 //       unclean.leader.election.enable=true, retention.ms=...
 //   qsp-devtool delete-topic BOOTSTRAP TOPIC
-//   qsp-devtool probe BOOTSTRAP [--coordinators] [--timeout-ms=N]
+//   qsp-devtool probe BOOTSTRAP [--coordinators] [--brokers=N] [--timeout-ms=N]
 //       exit 0 when the broker answers a Metadata request listing a broker
-//       and, with --coordinators, has a group coordinator (an offset fetch
+//       (with --brokers=N: at least N brokers, i.e. N registered and
+//       unfenced; scripts/services start --ha waits for 3) and, with
+//       --coordinators, has a group coordinator (an offset fetch
 //       for a probe group) and a transaction coordinator (a transactional
 //       producer's init, which also makes the broker create
 //       __consumer_offsets and __transaction_state up front); exit 1 with the
@@ -197,7 +199,8 @@ rk_ptr probe_handle(rd_kafka_type_t type, const std::string& bootstrap,
 }
 
 /// "" when the broker is ready, the reason otherwise.
-std::string probe_broker(const std::string& bootstrap, bool coordinators, int timeout_ms) {
+std::string probe_broker(const std::string& bootstrap, bool coordinators, int min_brokers,
+                         int timeout_ms) {
   std::string why;
   {
     auto rk = probe_handle(RD_KAFKA_PRODUCER, bootstrap, {}, why);
@@ -211,6 +214,9 @@ std::string probe_broker(const std::string& bootstrap, bool coordinators, int ti
     rd_kafka_metadata_destroy(md);
     if (brokers < 1)
       return "metadata lists no broker yet";
+    if (brokers < min_brokers)
+      return "metadata lists " + std::to_string(brokers) + " of the " + std::to_string(min_brokers)
+             + " brokers expected";
   }
   if (!coordinators)
     return {};
@@ -248,11 +254,13 @@ std::string probe_broker(const std::string& bootstrap, bool coordinators, int ti
 int main(int argc, char** argv) {
   if (argc >= 3 && std::string_view{argv[1]} == "probe") {
     bool coordinators = false;
-    int timeout_ms = 3000;
+    int timeout_ms = 3000, min_brokers = 1;
     for (int i = 3; i < argc; ++i) {
       std::string_view a = argv[i];
       if (a == "--coordinators")
         coordinators = true;
+      else if (a.substr(0, 10) == "--brokers=" && std::atoi(argv[i] + 10) > 0)
+        min_brokers = std::atoi(argv[i] + 10);
       else if (a.substr(0, 13) == "--timeout-ms=" && std::atoi(argv[i] + 13) > 0)
         timeout_ms = std::atoi(argv[i] + 13);
       else {
@@ -260,14 +268,14 @@ int main(int argc, char** argv) {
         return 2;
       }
     }
-    auto why = probe_broker(argv[2], coordinators, timeout_ms);
+    auto why = probe_broker(argv[2], coordinators, min_brokers, timeout_ms);
     if (why.empty())
       return 0;
     std::fprintf(stderr, "%s\n", why.c_str());
     return 1;
   }
   if (argc < 4) {
-    std::fprintf(stderr, "usage: qsp-devtool create-topic|delete-topic|produce BOOTSTRAP TOPIC ... | probe BOOTSTRAP [--coordinators]\n");
+    std::fprintf(stderr, "usage: qsp-devtool create-topic|delete-topic|produce BOOTSTRAP TOPIC ... | probe BOOTSTRAP [--coordinators] [--brokers=N]\n");
     return 2;
   }
   std::string cmd = argv[1];

@@ -41,7 +41,9 @@ std::string status_json(const projection_status& s) {
   for (auto& p : s.partitions)
     parts.push_back({{"partition", p.partition}, {"start", p.start}, {"h0", p.h0},
                      {"next_offset", p.next_offset},
-                     {"caught_up", p.next_offset >= p.h0}});
+                     {"caught_up", p.next_offset >= p.h0}, {"log_end", p.log_end},
+                     {"live_lag", p.live_lag},
+                     {"progress_age_seconds", static_cast<double>(p.progress_age_ms) / 1e3}});
   return j.dump();
 }
 
@@ -68,6 +70,20 @@ std::string prometheus_text(const projection_status& s, const metrics& m, const 
   for (auto& p : s.partitions)
     out += "qsp_catch_up_lag{" + lbl + ",partition=\"" + std::to_string(p.partition) + "\"} "
            + std::to_string(std::max<int64_t>(0, p.h0 - p.next_offset)) + "\n";
+  metric("qsp_log_end_offset", "gauge",
+         "end of the log as the consumer last saw it (cached high watermark, at least H0)");
+  for (auto& p : s.partitions)
+    out += "qsp_log_end_offset{" + lbl + ",partition=\"" + std::to_string(p.partition) + "\"} "
+           + std::to_string(p.log_end) + "\n";
+  metric("qsp_live_lag", "gauge", "offsets between the checkpoint and the log end");
+  for (auto& p : s.partitions)
+    out += "qsp_live_lag{" + lbl + ",partition=\"" + std::to_string(p.partition) + "\"} "
+           + std::to_string(p.live_lag) + "\n";
+  metric("qsp_last_progress_age_seconds", "gauge",
+         "seconds since the checkpoint last advanced while there is live lag (0: nothing to do)");
+  for (auto& p : s.partitions)
+    out += "qsp_last_progress_age_seconds{" + lbl + ",partition=\"" + std::to_string(p.partition)
+           + "\"} " + fmt::format("{:.3f}", static_cast<double>(p.progress_age_ms) / 1e3) + "\n";
   metric("qsp_open_transaction_gap", "gauge",
          "high watermark minus last stable offset at start (an open transaction pins progress)");
   for (auto& p : s.partitions) {

@@ -4,6 +4,8 @@
 //
 // Exit codes: 0 ok · 2 bad usage/config · 3 refused · 4 dependency unreachable
 //             · 5 audit found differences
+#include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -11,7 +13,6 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "caf/actor_system.hpp"
@@ -24,6 +25,7 @@
 #include "app/audit.hpp"
 #include "app/http.hpp"
 #include "app/node_config.hpp"
+#include "app/progress.hpp"
 #include "core/dispatch.hpp"
 
 namespace {
@@ -46,6 +48,13 @@ commands:
              exit: 0, 4, 2
   audit      replay the log (low = 0) up to the checkpoints into a model and diff it with Redis
              exit: 0 consistent, 5 differences found, 3 cannot prove, 4 unreachable, 2 bad usage
+
+progress (catch-up, audit, and run while it catches up), on stderr:
+  --progress=auto|on|off   auto (default): a bar redrawn in place when stderr is a terminal
+                           (done/total offsets to H0, %, rate, ETA; ends at 100 % with the
+                           final figures), else plain log lines every projection.progress-interval;
+                           on: the bar even without a terminal; off: plain lines only
+  --progress-redraw=DUR    least time between two redraws of the bar (default: 200ms)
 
 options (config file keys are the same, grouped as [group] key=value):
 )";
@@ -90,14 +99,19 @@ int cmd_verify(const app::node_settings& s) {
                 ? " (allowed by redis.allow-eviction)" : "",
               r->broker.cleanup_policy.empty() ? "(not reported)"
                                                : r->broker.cleanup_policy.c_str());
-  std::printf("%-9s %12s %12s %12s %12s  %s\n", "partition", "low", "high", "checkpoint", "start",
-              "verdict");
+  std::printf("%-9s %12s %12s %12s %6s %12s  %s\n", "partition", "low", "high", "checkpoint",
+              "epoch", "start", "verdict");
   for (auto& pp : r->plan.partitions) {
     auto cp = pp.checkpoint ? std::to_string(*pp.checkpoint) : std::string{"-"};
+    // The leader epoch stored with the checkpoint: the start is validated
+    // against the broker with it (a truncated log refuses once consuming).
+    auto e = r->leader_epochs.find(pp.partition);
+    auto epoch = e != r->leader_epochs.end() ? std::to_string(e->second) : std::string{"-"};
     auto st = pp.start && !bad.count(pp.partition) ? std::to_string(*pp.start) : std::string{"-"};
     std::string verdict = bad.count(pp.partition) ? "refuse" : core::to_string(pp.v);
-    std::printf("%-9d %12lld %12lld %12s %12s  %s\n", pp.partition, static_cast<long long>(pp.low),
-                static_cast<long long>(pp.high), cp.c_str(), st.c_str(), verdict.c_str());
+    std::printf("%-9d %12lld %12lld %12s %6s %12s  %s\n", pp.partition,
+                static_cast<long long>(pp.low), static_cast<long long>(pp.high), cp.c_str(),
+                epoch.c_str(), st.c_str(), verdict.c_str());
   }
   for (auto& p : r->problems)
     std::cerr << "refused: " << p.to_string() << '\n';
@@ -122,6 +136,9 @@ int cmd_inspect(const app::node_settings& s, bool json) {
   j["namespace"] = s.projection.ns;
   j["meta"] = r->stored.meta ? nlohmann::json(*r->stored.meta) : nlohmann::json(nullptr);
   j["checkpoints"] = nlohmann::json(r->stored.checkpoints);
+  auto& ep = j["epochs"] = nlohmann::json::object();
+  for (auto& [p, fields] : r->stored.epochs)
+    ep[std::to_string(p)] = fields;
   auto& b = j["broker"];
   b["cluster_id"] = r->broker.cluster_id;
   b["topic"] = s.projection.topic;
@@ -153,7 +170,8 @@ int cmd_inspect(const app::node_settings& s, bool json) {
             << ", retention.ms " << r->broker.retention_ms << ", cleanup.policy "
             << (r->broker.cleanup_policy.empty() ? "(not reported)" : r->broker.cleanup_policy)
             << "\n\n";
-  std::printf("%-9s %12s %12s %12s %12s\n", "partition", "low", "lso", "high", "next_offset");
+  std::printf("%-9s %12s %12s %12s %12s %6s\n", "partition", "low", "lso", "high", "next_offset",
+              "epoch");
   for (size_t p = 0; p < r->broker.marks.size(); ++p) {
     auto key = std::to_string(p);
     auto i = r->stored.checkpoints.find(key);
@@ -162,10 +180,21 @@ int cmd_inspect(const app::node_settings& s, bool json) {
       auto f = i->second.find("next_offset");
       cp = f != i->second.end() ? f->second : "(missing)";
     }
-    std::printf("%-9zu %12lld %12lld %12lld %12s\n", p,
+    // The stored sidecar as it is: "next_offset/epoch" when it belongs to
+    // another offset than the checkpoint (then the start is not validated).
+    std::string epoch = "-";
+    if (auto e = r->stored.epochs.find(static_cast<int32_t>(p)); e != r->stored.epochs.end()) {
+      auto field = [&](const char* f) {
+        auto i = e->second.find(f);
+        return i != e->second.end() ? i->second : std::string{"?"};
+      };
+      epoch = field("next_offset") == cp ? field("leader_epoch")
+                                         : field("next_offset") + "/" + field("leader_epoch");
+    }
+    std::printf("%-9zu %12lld %12lld %12lld %12s %6s\n", p,
                 static_cast<long long>(r->broker.marks[p].low),
                 static_cast<long long>(r->broker.marks[p].high),
-                static_cast<long long>(r->broker.true_high[p]), cp.c_str());
+                static_cast<long long>(r->broker.true_high[p]), cp.c_str(), epoch.c_str());
   }
   for (auto& [suffix, fields] : r->stored.checkpoints)
     if (!core::parse_decimal(suffix) || *core::parse_decimal(suffix) >= r->broker.partition_count)
@@ -178,7 +207,8 @@ int cmd_inspect(const app::node_settings& s, bool json) {
 // -- run / catch-up -----------------------------------------------------------
 
 int cmd_run(caf::actor_system& sys, const app::node_settings& s, bool catch_up_only,
-            sigset_t& signals, std::shared_ptr<spdlog::logger> logger) {
+            sigset_t& signals, std::shared_ptr<spdlog::logger> logger,
+            const app::progress_options& progress_opts, std::shared_ptr<app::status_line> line) {
   auto stats = std::make_shared<metrics>();
   auto proj = spawn_projection(sys, s.projection, spawn_options{logger, stats});
   if (!proj) {
@@ -199,12 +229,21 @@ int cmd_run(caf::actor_system& sys, const app::node_settings& s, bool catch_up_o
   }
   caf::scoped_actor self{sys};
   self->send(*proj, atom::subscribe_v, caf::actor_cast<status_listener>(self));
+  app::catch_up_progress progress{progress_opts, std::move(line), logger};
+  auto poll_progress = [&] {
+    self->request(*proj, std::chrono::seconds(5), atom::status_v)
+      .receive([&](projection_status& st) { progress.on_status(st); },
+               [&](caf::error&) { progress.on_status_error(); });
+  };
+  auto tick = std::min<std::chrono::milliseconds>(std::chrono::milliseconds(200),
+                                                  progress_opts.redraw);
   int rc = -1;
   int failures_in_a_row = 0;
   bool stop = false;
   while (rc < 0 && !stop) {
     self->receive(
       [&](atom::status, projection_status& st) {
+        progress.on_status(st);
         if (st.state == "refused") {
           // The projection has logged each problem as a full log line.
           // A configuration error found while running (authentication,
@@ -216,19 +255,25 @@ int cmd_run(caf::actor_system& sys, const app::node_settings& s, bool catch_up_o
             rc = exit_ok;
         } else if (st.state == "dirty" && catch_up_only
                    && ++failures_in_a_row >= s.catch_up_max_attempts) {
+          progress.abandon();
           std::cerr << "catch-up: giving up after " << failures_in_a_row
                     << " failed attempts: " << st.last_error << '\n';
           rc = exit_unreachable;
         }
       },
-      caf::after(std::chrono::milliseconds(200)) >> [] {});
+      caf::after(tick) >> [] {});
+    // The bar's snapshot; also once more after `ready`, for the final figures.
+    if (progress.wants_status(std::chrono::steady_clock::now()))
+      poll_progress();
     timespec zero{0, 0};
     int sig = sigtimedwait(&signals, nullptr, &zero);
     if (sig > 0) {
+      progress.abandon();
       logger->info("signal {}: stopping (a second signal exits at once)", sig);
       stop = true;
     }
   }
+  progress.abandon();
   // Ordered teardown: stop the pipeline (an in-flight batch either finishes
   // with its checkpoint or is abandoned without one; both are safe), then HTTP.
   if (http)
@@ -277,11 +322,29 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   bool json = false;
+  app::progress_options progress;
+  bool shows_progress = cmd == "run" || cmd == "catch-up" || cmd == "audit";
   std::vector<char*> args{argv[0]};
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--json" && cmd == "inspect")
       json = true;
+    else if (a.rfind("--progress=", 0) == 0 && shows_progress) {
+      auto m = app::parse_progress_mode(a.substr(11));
+      if (!m) {
+        std::cerr << "error: --progress: auto, on or off, got \"" << a.substr(11) << "\"\n";
+        return exit_usage;
+      }
+      progress.mode = *m;
+    } else if (a.rfind("--progress-redraw=", 0) == 0 && shows_progress) {
+      auto d = app::parse_redraw(a.substr(18));
+      if (!d) {
+        std::cerr << "error: --progress-redraw: a duration in [1ms, 1min] with a unit (ms or s), "
+                     "got \"" << a.substr(18) << "\"\n";
+        return exit_usage;
+      }
+      progress.redraw = *d;
+    }
     else if (a == "--dump-config" || a == "--long-help") {
       // CAF would print every value, secrets included.
       std::cerr << "error: " << a << " is not supported (it would print secrets); use --help\n";
@@ -302,7 +365,10 @@ int main(int argc, char** argv) {
     return exit_usage;
   }
   // The node's own logger (the process is the node's: it may register it).
-  auto logger = spdlog::stderr_color_mt("qsp");
+  // Its sink keeps the progress bar below the log lines.
+  auto line = std::make_shared<app::status_line>(stderr);
+  auto logger = std::make_shared<spdlog::logger>("qsp", line);
+  spdlog::register_logger(logger);
   spdlog::set_level(spdlog::level::from_str(cfg.log_level));
   logger->set_level(spdlog::level::from_str(cfg.log_level));
   auto settings = app::to_settings(cfg);
@@ -321,7 +387,7 @@ int main(int argc, char** argv) {
   if (cmd == "inspect")
     return cmd_inspect(*settings, json);
   if (cmd == "audit")
-    return app::cmd_audit(*settings);
+    return app::cmd_audit(*settings, progress, app::bar_enabled(progress.mode) ? line : nullptr);
   caf::actor_system sys{cfg};
-  return cmd_run(sys, *settings, cmd == "catch-up", signals, std::move(logger));
+  return cmd_run(sys, *settings, cmd == "catch-up", signals, std::move(logger), progress, line);
 }

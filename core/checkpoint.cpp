@@ -255,6 +255,38 @@ validation validate_stored(const stored_state& stored, const identity& observed)
   return result;
 }
 
+epoch_validation validate_epochs(const stored_state& stored,
+                                 const std::map<int32_t, int64_t>& next_offsets) {
+  epoch_validation out;
+  for (const auto& [partition, hash] : stored.epochs) {
+    auto field = [&](std::string_view name) -> std::string {
+      auto i = hash.find(std::string(name));
+      return i == hash.end() ? std::string(absent) : i->second;
+    };
+    auto bad = [&](std::string_view name, std::string reason) {
+      out.problems.push_back(problem{partition, std::string(name), field(name),
+                                     "<" + std::string(name) + " of the epoch sidecar>",
+                                     std::move(reason)});
+    };
+    auto offset = parse_decimal(field(fields::next_offset));
+    if (!offset) {
+      bad(fields::next_offset, "the leader-epoch sidecar is corrupt");
+      continue;
+    }
+    auto epoch_text = field(fields::leader_epoch);
+    std::optional<int64_t> epoch = epoch_text == "-1" ? std::optional<int64_t>{-1}
+                                                      : parse_decimal(epoch_text);
+    if (!epoch || *epoch > std::numeric_limits<int32_t>::max()) {
+      bad(fields::leader_epoch, "the leader-epoch sidecar is corrupt");
+      continue;
+    }
+    auto cp = next_offsets.find(partition);
+    if (cp != next_offsets.end() && cp->second == *offset && *epoch >= 0)
+      out.leader_epochs[partition] = static_cast<int32_t>(*epoch);
+  }
+  return out;
+}
+
 std::vector<problem> validate_broker_identity(const identity& configured_topic_and_count,
                                               std::string_view broker_cluster_id,
                                               std::string_view broker_topic_id,

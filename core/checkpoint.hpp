@@ -97,7 +97,31 @@ struct stored_state {
   // Keyed by the suffix after `{namespace}:checkpoint:{topic}:`. Normally a
   // partition number, but a stray key may have any suffix ("07", "x", "-1").
   std::map<std::string, hash_fields> checkpoints;
+  // The leader-epoch sidecars `{namespace}:epoch:{topic}:{partition}` of the
+  // known partitions (outside the seven-field checkpoint hash, whose format
+  // stays version 1), keyed by partition: `next_offset` (the checkpoint the
+  // epoch belongs to) and `leader_epoch` (KIP-320: the partition leader epoch
+  // of the log position next_offset, -1 unknown).  Written by the same
+  // guarded script as the checkpoint.
+  std::map<int32_t, hash_fields> epochs;
 };
+
+namespace fields {
+inline constexpr std::string_view leader_epoch = "leader_epoch";
+}  // namespace fields
+
+// The leader epoch stored for each partition's checkpoint, where the sidecar
+// belongs to exactly the validated checkpoint (same next_offset) and holds a
+// known epoch (>= 0).  A sidecar of another offset (written by a build
+// without epochs in between) or with epoch -1 means "unknown": the start is
+// then not validated against the broker's epochs.  A sidecar that cannot be
+// parsed is a problem (fail closed: it is part of what proves the position).
+struct epoch_validation {
+  std::map<int32_t, int32_t> leader_epochs;
+  std::vector<problem> problems;
+};
+epoch_validation validate_epochs(const stored_state& stored,
+                                 const std::map<int32_t, int64_t>& next_offsets);
 
 // Exactly the fields of DESIGN.md §3.
 hash_fields encode_meta(const identity& id);

@@ -17,6 +17,19 @@ std::string offset_text(int64_t offset) {
   return offset >= 0 ? " offset " + std::to_string(offset) : std::string{};
 }
 
+// librdkafka reports a failed position validation (KIP-320) with
+// auto.offset.reset=error as _AUTO_OFFSET_RESET whose text ends with the
+// cause, "Local: Partition log truncation detected"; so does "no epoch found
+// less or equal to" the position's epoch.
+bool is_log_truncation(const rd_kafka_message_t* m) {
+  if (m->err == RD_KAFKA_RESP_ERR__LOG_TRUNCATION)
+    return true;
+  if (m->err != RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET)
+    return false;
+  std::string text = rd_kafka_message_errstr(m);
+  return text.find(rd_kafka_err2str(RD_KAFKA_RESP_ERR__LOG_TRUNCATION)) != std::string::npos;
+}
+
 class rd_partition_reader final : public partition_reader {
 public:
   rd_partition_reader(std::shared_ptr<dispatch_log_consumer> owner, rd_kafka_queue_t* q,
@@ -28,6 +41,10 @@ public:
     // nor will run, so `wake_` may go.
     if (wake_)
       rd_kafka_queue_cb_event_enable(q_, nullptr, nullptr);
+  }
+
+  int32_t position_epoch(int64_t offset) override {
+    return owner_->position_epoch(partition_, offset);
   }
 
   void on_data(std::function<void()> wake) override {
@@ -53,6 +70,21 @@ public:
         if (m->offset > passed)
           passed = m->offset;
       } else if (m->err) {
+        // The log was truncated below this position (KIP-320: the broker's
+        // end offset for the position's leader epoch is lower, e.g. after an
+        // unclean leader election): records already projected are gone and
+        // their offsets may be reused by other records.  Final.
+        if (!failure && is_log_truncation(m)) {
+          failure = caf::make_error(
+            ec::refused, "partition " + std::to_string(partition_) + ": field leader_epoch: "
+                           + "the log was truncated below the position ("
+                           + rd_kafka_message_errstr(m)
+                           + "): records already projected are gone and their offsets may be "
+                             "reused; rebuild under a new namespace (OPERATIONS.md, \"A truncated "
+                             "log\")");
+          rd_kafka_message_destroy(m);
+          continue;
+        }
         // Not authorized to read the topic: final (an operator must grant
         // it); anything else: transient.
         if (!failure)
@@ -64,7 +96,8 @@ public:
         rd_kafka_timestamp_type_t tt;
         out.push_back(log_record{m->offset,
                                  std::string{static_cast<const char*>(m->payload), m->len},
-                                 rd_kafka_message_timestamp(m, &tt)});
+                                 rd_kafka_message_timestamp(m, &tt),
+                                 rd_kafka_message_leader_epoch(m)});
       }
       rd_kafka_message_destroy(m);
     }
@@ -127,7 +160,8 @@ dispatch_log_consumer::make(dispatch_log_consumer_config cfg) {
     new dispatch_log_consumer(std::move(cfg), std::move(*rk), std::move(errors))};
 }
 
-caf::expected<void> dispatch_log_consumer::start(const std::map<int32_t, int64_t>& starts) {
+caf::expected<void> dispatch_log_consumer::start(const std::map<int32_t, int64_t>& starts,
+                                                 const std::map<int32_t, int32_t>& epochs) {
   // Readiness: every start must lie in the retained range right now.
   for (auto& [p, start] : starts) {
     int64_t low = 0, high = 0;
@@ -162,7 +196,49 @@ caf::expected<void> dispatch_log_consumer::start(const std::map<int32_t, int64_t
   if (err)
     return kafka_error(err, "assign " + cfg_.topic);
   assigned_ = true;
+  // KIP-320: an assignment is not validated, a seek with a leader epoch is.
+  // Where the checkpoint's epoch is known, seek to the same start with it:
+  // librdkafka asks the leader for the end offset of that epoch
+  // (OffsetForLeaderEpoch) before fetching, and a log truncated below the
+  // start comes back on the partition's queue as a truncation error (the
+  // reader's refusal) instead of records of another history.
+  auto* seek = rd_kafka_topic_partition_list_new(static_cast<int>(epochs.size()));
+  for (auto& [p, epoch] : epochs) {
+    auto s = starts.find(p);
+    if (s == starts.end() || epoch < 0 || s->second <= 0)
+      continue;
+    auto* tp = rd_kafka_topic_partition_list_add(seek, cfg_.topic.c_str(), p);
+    tp->offset = s->second;
+    rd_kafka_topic_partition_set_leader_epoch(tp, epoch);
+  }
+  if (seek->cnt > 0) {
+    if (auto* e = rd_kafka_seek_partitions(rk_.get(), seek, cfg_.client.timeout_ms)) {
+      std::string text = rd_kafka_error_string(e);
+      rd_kafka_error_destroy(e);
+      rd_kafka_topic_partition_list_destroy(seek);
+      return caf::make_error(ec::kafka_unavailable,
+                             "seek " + cfg_.topic + " with the stored leader epochs: " + text);
+    }
+    for (int i = 0; i < seek->cnt; ++i)
+      if (seek->elems[i].err) {
+        auto text = "seek " + cfg_.topic + " partition " + std::to_string(seek->elems[i].partition)
+                    + " with its stored leader epoch: " + rd_kafka_err2str(seek->elems[i].err);
+        rd_kafka_topic_partition_list_destroy(seek);
+        return caf::make_error(ec::kafka_unavailable, text);
+      }
+  }
+  rd_kafka_topic_partition_list_destroy(seek);
   return caf::unit;
+}
+
+int32_t dispatch_log_consumer::position_epoch(int32_t partition, int64_t offset) {
+  auto* list = rd_kafka_topic_partition_list_new(1);
+  rd_kafka_topic_partition_list_add(list, cfg_.topic.c_str(), partition);
+  int32_t epoch = -1;
+  if (!rd_kafka_position(rk_.get(), list) && list->elems[0].offset == offset)
+    epoch = rd_kafka_topic_partition_get_leader_epoch(&list->elems[0]);
+  rd_kafka_topic_partition_list_destroy(list);
+  return epoch;
 }
 
 std::shared_ptr<partition_reader> dispatch_log_consumer::reader(int32_t partition) {
@@ -173,8 +249,17 @@ std::shared_ptr<partition_reader> dispatch_log_consumer::reader(int32_t partitio
                                                partition);
 }
 
-namespace {
+int64_t dispatch_log_consumer::log_end(int32_t partition) {
+  if (queues_.count(partition) == 0)
+    return -1; // not assigned by start()
+  int64_t low = -1, high = -1;
+  if (rd_kafka_get_watermark_offsets(rk_.get(), cfg_.topic.c_str(), partition, &low, &high)
+      != RD_KAFKA_RESP_ERR_NO_ERROR)
+    return -1;
+  return high >= 0 ? high : -1; // RD_KAFKA_OFFSET_INVALID before the first fetch response
+}
 
+namespace {
 
 bool mentions_certificate(const std::string& text) {
   return text.find("certificate") != std::string::npos

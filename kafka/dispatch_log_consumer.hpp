@@ -50,8 +50,18 @@ public:
 
   ~dispatch_log_consumer() override;
 
-  caf::expected<void> start(const std::map<int32_t, int64_t>& starts) override;
+  caf::expected<void> start(const std::map<int32_t, int64_t>& starts,
+                            const std::map<int32_t, int32_t>& epochs = {}) override;
   std::shared_ptr<partition_reader> reader(int32_t partition) override;
+  /// The leader epoch of the application position (the last record or
+  /// transaction marker consumed) of `partition` if that position is
+  /// exactly `offset`, else -1.
+  int32_t position_epoch(int32_t partition, int64_t offset);
+  /// librdkafka's cached high watermark of the partition, updated by every
+  /// fetch response (rd_kafka_get_watermark_offsets: no request).  Under
+  /// read_committed librdkafka caches the last stable offset too, but hands
+  /// it out only in its statistics JSON (docs/OPERATIONS.md, Monitor).
+  int64_t log_end(int32_t partition) override;
 
   /// Drains client-level events (errors not tied to a partition).  Final:
   /// authentication/authorization failures and certificate problems

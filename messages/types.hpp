@@ -33,6 +33,10 @@ struct partition_batch {
   int32_t partition = 0;
   int64_t begin_offset = 0;
   int64_t end_offset = 0;
+  /// The partition leader epoch of the log position end_offset (KIP-320):
+  /// stored beside the checkpoint so a later start can prove the log below
+  /// it was not truncated.  -1: unknown.
+  int32_t end_epoch = -1;
   std::vector<core::dispatch> records;
   uint64_t bytes = 0;
 };
@@ -51,6 +55,9 @@ struct verified_start {
   core::identity id;
   std::map<int32_t, int64_t> starts;
   std::map<int32_t, int64_t> checkpoints; ///< stored next_offset, where one exists
+  /// Stored leader epoch of the checkpoint (KIP-320), where known: the
+  /// consumer validates its start position against the broker with it.
+  std::map<int32_t, int32_t> epochs;
   std::map<int32_t, int64_t> h0;
   std::map<int32_t, int64_t> true_high; ///< read_uncommitted high watermark
   int64_t retention_ms = -1; ///< -1: the broker did not say
@@ -62,7 +69,7 @@ struct verified_start {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, partition_batch& x) {
   return f(caf::meta::type_name("qsp.partition_batch"), x.partition, x.begin_offset,
-           x.end_offset, x.records, x.bytes);
+           x.end_offset, x.end_epoch, x.records, x.bytes);
 }
 
 template <class Inspector>
@@ -73,7 +80,8 @@ typename Inspector::result_type inspect(Inspector& f, checkpoint_advanced& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, verified_start& x) {
-  return f(caf::meta::type_name("qsp.verified_start"), x.id, x.starts, x.checkpoints, x.h0, x.true_high,
+  return f(caf::meta::type_name("qsp.verified_start"), x.id, x.starts, x.checkpoints, x.epochs, x.h0,
+           x.true_high,
            x.retention_ms, x.meta_created);
 }
 

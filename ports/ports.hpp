@@ -66,10 +66,13 @@ public:
   virtual caf::expected<bool> create_meta(const core::identity& id) = 0;
   /// Guarded write: succeeds only if meta and the stored checkpoint carry `id`
   /// and the stored next_offset equals `expected` (-1: the key must be absent).
-  /// A mismatch is ec::checkpoint_conflict.
+  /// A mismatch is ec::checkpoint_conflict.  In the same atomic step the
+  /// partition's leader-epoch sidecar gets {next_offset, leader_epoch}
+  /// (-1: unknown).
   virtual caf::expected<void> write_checkpoint(const core::identity& id,
                                                int32_t partition, int64_t expected,
-                                               int64_t next_offset) = 0;
+                                               int64_t next_offset,
+                                               int32_t leader_epoch = -1) = 0;
   /// Callable from any thread: a call blocked in I/O on this store returns
   /// promptly with an error, and so does every later call.
   virtual void interrupt() {}
@@ -119,6 +122,8 @@ struct log_record {
   int64_t offset = 0;
   std::string value;
   int64_t timestamp_ms = -1;
+  /// The partition leader epoch of the record's batch (KIP-320), -1 unknown.
+  int32_t leader_epoch = -1;
 };
 
 /// Reads one partition of the dispatch log from an explicit start, never blocking.
@@ -135,6 +140,10 @@ public:
   /// reader stops calling it before it is destroyed.  Default: never (the
   /// caller's idle timer alone finds new records).
   virtual void on_data(std::function<void()> /*wake*/) {}
+  /// The leader epoch of the reader's position if that position is exactly
+  /// `offset` (the epoch of the last record or transaction marker consumed
+  /// below it), else -1 (unknown).
+  virtual int32_t position_epoch(int64_t /*offset*/) { return -1; }
 };
 
 /// The dispatch-log consumer: static assignment with explicit starts.
@@ -142,10 +151,18 @@ class dispatch_log {
 public:
   virtual ~dispatch_log() = default;
   /// Assigns every partition at its start, after checking each start lies in
-  /// the broker's [low, high].  Refuses (ec::refused) otherwise.
-  virtual caf::expected<void> start(const std::map<int32_t, int64_t>& starts) = 0;
+  /// the broker's [low, high].  Refuses (ec::refused) otherwise.  Where
+  /// `epochs` holds the stored leader epoch of a start, the position is
+  /// validated against the broker's log (OffsetForLeaderEpoch): a log
+  /// truncated below it is reported by the partition's reader as a refusal.
+  virtual caf::expected<void> start(const std::map<int32_t, int64_t>& starts,
+                                    const std::map<int32_t, int32_t>& epochs = {}) = 0;
   /// A reader for one assigned partition.
   virtual std::shared_ptr<partition_reader> reader(int32_t partition) = 0;
+  /// The end of an assigned partition's log (its high watermark) as the
+  /// consumer last learnt it from the broker, without asking the broker;
+  /// -1 while unknown.  Callable from any thread, never blocks.
+  virtual int64_t log_end(int32_t /*partition*/) { return -1; }
 };
 
 /// Builds fresh adapters for each (re)start of the pipeline.

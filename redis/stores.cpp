@@ -52,7 +52,9 @@ constexpr const char* scan_count = "1000";
 // The guarded checkpoint write (DESIGN.md §4): identity fields of meta and of
 // the checkpoint must match, and the stored next_offset must equal what this
 // writer last wrote (ARGV[1], or '' for "absent").  Answers 'ok' or
-// '<key>|<field>|<stored value>' naming the first mismatch.
+// '<key>|<field>|<stored value>' naming the first mismatch.  With the
+// checkpoint, the leader-epoch sidecar KEYS[3] gets {next_offset,
+// leader_epoch = ARGV[9]}: both or neither.
 constexpr const char* guarded_write_script = R"lua(
 local id = {'format_version', ARGV[3], 'dispatch_topic', ARGV[4], 'partition_count', ARGV[5],
             'cluster_id', ARGV[6], 'topic_id', ARGV[7]}
@@ -79,6 +81,7 @@ end
 redis.call('HSET', KEYS[2], 'format_version', ARGV[3], 'dispatch_topic', ARGV[4],
            'partition_count', ARGV[5], 'cluster_id', ARGV[6], 'topic_id', ARGV[7],
            'partition', ARGV[8], 'next_offset', ARGV[2])
+redis.call('HSET', KEYS[3], 'next_offset', ARGV[2], 'leader_epoch', ARGV[9])
 return 'ok'
 )lua";
 
@@ -107,6 +110,10 @@ std::string checkpoint_prefix(const std::string& ns, const std::string& topic) {
 
 std::string checkpoint_key(const std::string& ns, const std::string& topic, int32_t partition) {
   return checkpoint_prefix(ns, topic) + std::to_string(partition);
+}
+
+std::string epoch_key(const std::string& ns, const std::string& topic, int32_t partition) {
+  return ns + ":epoch:" + topic + ":" + std::to_string(partition);
 }
 
 std::string glob_escape(const std::string& s) {
@@ -166,12 +173,18 @@ std::vector<std::string> known_checkpoint_keys(const std::string& ns, const std:
   return out;
 }
 
-/// Adds the {key, type, fields} triples of `rep` from element `first` on.
+/// Adds the {key, type, fields} triples of `rep` from element `first` on:
+/// checkpoint keys (under `prefix`) and, where `epoch_keys` names them, the
+/// leader-epoch sidecars (by partition).
 void add_checkpoints(core::stored_state& st, const std::string& prefix, const redisReply* rep,
-                     size_t first) {
+                     size_t first, const std::map<std::string, int32_t>& epoch_keys = {}) {
   for (size_t i = first; i + 2 < rep->elements; i += 3) {
     auto key = str(rep->element[i]);
-    if (key.size() < prefix.size())
+    if (auto e = epoch_keys.find(key); e != epoch_keys.end()) {
+      st.epochs[e->second] = to_fields(rep->element[i + 2]);
+      continue;
+    }
+    if (key.size() < prefix.size() || key.compare(0, prefix.size(), prefix) != 0)
       continue;
     st.checkpoints[key.substr(prefix.size())] = to_fields(rep->element[i + 2]);
   }
@@ -189,10 +202,15 @@ caf::expected<core::stored_state> redis_checkpoint_store::read(const std::string
   auto& ns = conn_->config().ns;
   auto prefix = checkpoint_prefix(ns, topic);
   auto known = known_checkpoint_keys(ns, topic, partition_count);
-  // 1. Meta and the known checkpoints, atomically.
-  std::vector<std::string> argv{"EVAL", read_script, std::to_string(known.size() + 1),
-                                meta_key(ns)};
+  std::map<std::string, int32_t> epoch_keys;
+  for (int32_t p = 0; p < partition_count; ++p)
+    epoch_keys.emplace(epoch_key(ns, topic, p), p);
+  // 1. Meta, the known checkpoints and their epoch sidecars, atomically.
+  std::vector<std::string> argv{"EVAL", read_script,
+                                std::to_string(known.size() + epoch_keys.size() + 1), meta_key(ns)};
   argv.insert(argv.end(), known.begin(), known.end());
+  for (auto& [k, p] : epoch_keys)
+    argv.push_back(k);
   argv.emplace_back("meta");
   auto r = conn_->command(argv);
   if (!r)
@@ -206,7 +224,7 @@ caf::expected<core::stored_state> redis_checkpoint_store::read(const std::string
     st.meta = to_fields(rep->element[1]);
   else if (meta_type != "none")
     st.meta = core::hash_fields{}; // wrong type: every field missing
-  add_checkpoints(st, prefix, rep, 2);
+  add_checkpoints(st, prefix, rep, 2, epoch_keys);
   // 2. Stray checkpoint keys of the topic (a partition >= partition_count, a
   // suffix that is no partition number): an incremental SCAN, one bounded
   // step per round trip, so Redis is never blocked by a big keyspace.  Known
@@ -270,14 +288,17 @@ void redis_checkpoint_store::interrupt() { conn_->interrupt(); }
 
 caf::expected<void> redis_checkpoint_store::write_checkpoint(const core::identity& id,
                                                              int32_t partition, int64_t expected,
-                                                             int64_t next_offset) {
+                                                             int64_t next_offset,
+                                                             int32_t leader_epoch) {
   auto& ns = conn_->config().ns;
-  auto r = conn_->command({"EVAL", guarded_write_script, "2", meta_key(ns),
+  auto r = conn_->command({"EVAL", guarded_write_script, "3", meta_key(ns),
                            checkpoint_key(ns, id.topic, partition),
+                           epoch_key(ns, id.topic, partition),
                            expected < 0 ? std::string{} : core::to_decimal(expected),
                            core::to_decimal(next_offset), core::to_decimal(core::format_version),
                            id.topic, core::to_decimal(id.partition_count), id.cluster_id,
-                           id.topic_id, core::to_decimal(partition)});
+                           id.topic_id, core::to_decimal(partition),
+                           leader_epoch < 0 ? std::string{"-1"} : core::to_decimal(leader_epoch)});
   if (!r)
     return r.error();
   auto res = str(r->get());

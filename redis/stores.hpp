@@ -13,6 +13,9 @@ namespace qsp::redis {
 std::string meta_key(const std::string& ns);
 std::string checkpoint_prefix(const std::string& ns, const std::string& topic);
 std::string checkpoint_key(const std::string& ns, const std::string& topic, int32_t partition);
+/// The leader-epoch sidecar of a checkpoint (not under the checkpoint prefix:
+/// the seven-field checkpoint hash and its stray-key scan stay as they are).
+std::string epoch_key(const std::string& ns, const std::string& topic, int32_t partition);
 /// `s` with Redis glob metacharacters escaped, for SCAN MATCH.
 std::string glob_escape(const std::string& s);
 
@@ -26,7 +29,8 @@ public:
                                          int32_t partition_count) override;
   caf::expected<bool> create_meta(const core::identity& id) override;
   caf::expected<void> write_checkpoint(const core::identity& id, int32_t partition,
-                                       int64_t expected, int64_t next_offset) override;
+                                       int64_t expected, int64_t next_offset,
+                                       int32_t leader_epoch = -1) override;
   void interrupt() override;
 
 private:

@@ -99,6 +99,28 @@ CAF_TEST(checkpoints wait for the fence and then advance) {
   CAF_CHECK_EQUAL(stats->identity_checks.load(), checks + 2);
 }
 
+CAF_TEST(a batch confirmed after the check before it was answered gets a check of its own) {
+  // Two partitions, one batch each, both sent before the first confirmation:
+  // both were fetched before any check was requested.  The first batch's
+  // check is answered before the second batch's replies are in; the second
+  // must then request a check itself, or its checkpoint waits forever (a
+  // catch-up hung a batch short of H0 once the log was drained).
+  settings.identity_check_interval = 1h;
+  fill(0, 50);
+  fill(1, 50);
+  h0 = world->lsos();
+  start();
+  for (int i = 0; i < 100000 && world->calls.confirm - world->calls.not_yet < 1; ++i)
+    if (!sched.try_run_once())
+      sched.advance_time(1ms);
+  CAF_REQUIRE_EQUAL(world->calls.confirm - world->calls.not_yet, 1u);
+  CAF_REQUIRE_EQUAL(world->calls.max_unconfirmed, 2u); // the second batch was sent before
+  world->confirm_not_yet = 1; // its replies come after the fence answered
+  CAF_REQUIRE(drive_to("ready"));
+  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{50});
+  CAF_CHECK(world->checkpoint(1) == std::optional<int64_t>{50});
+}
+
 CAF_TEST(an identity check the broker does not answer makes the node dirty until it does) {
   fill(0, 5);
   start();

@@ -3,11 +3,11 @@
 // primary, two replicas, three Sentinels on free loopback ports), plus the
 // Kafka broker of scripts/services for the dispatch log.
 //
-// - HaRedis.*: resolution through the Sentinels (first that answers, a dead
+// - SentinelRedis.*: resolution through the Sentinels (first that answers, a dead
 //   one skipped, an unknown master name), a stale answer naming a replica
 //   (ROLE check: no write), a held connection to a primary that became a
 //   replica (READONLY, never a write believed).
-// - HaNode.*: failovers under a running `run` with a live producer: kill -9
+// - SentinelNode.*: failovers under a running `run` with a live producer: kill -9
 //   of the primary, a planned SENTINEL FAILOVER, the old primary frozen and
 //   returning while the node holds a connection to it.  Each checks what the
 //   node says during the fault (/readyz), samples "no checkpoint ahead of its
@@ -46,7 +46,7 @@ bool contains(const std::string& text, const std::string& part) {
 std::string text_of(const caf::error& e) { return describe(e); }
 
 /// A topology per test.
-struct HaRedis : ::testing::Test {
+struct SentinelRedis : ::testing::Test {
   std::string ns = test::unique_name("ha-ns");
   std::string convs = test::unique_name("ha-convs") + ":";
   std::unique_ptr<test::sentinel_set> set;
@@ -72,7 +72,7 @@ core::identity some_identity(const std::string& topic) {
 
 } // namespace
 
-TEST(HaConfig, BadSentinelSettingsExitTwoNamingTheKey) {
+TEST(SentinelConfig, BadSentinelSettingsExitTwoNamingTheKey) {
   struct row {
     std::vector<std::string> args;
     std::string expect;
@@ -102,7 +102,7 @@ TEST(HaConfig, BadSentinelSettingsExitTwoNamingTheKey) {
   }
 }
 
-TEST_F(HaRedis, ResolvesThePrimaryThroughTheSentinelsAndWritesThere) {
+TEST_F(SentinelRedis, ResolvesThePrimaryThroughTheSentinelsAndWritesThere) {
   auto c = redis::connection::open(cfg());
   ASSERT_TRUE(c) << text_of(c.error());
   auto primary = set->servers[0]->port;
@@ -119,7 +119,7 @@ TEST_F(HaRedis, ResolvesThePrimaryThroughTheSentinelsAndWritesThere) {
   EXPECT_EQ(test::cli(primary, "HGET " + redis::meta_key(ns) + " dispatch_topic"), "t\n");
 }
 
-TEST_F(HaRedis, ADeadFirstSentinelIsSkipped) {
+TEST_F(SentinelRedis, ADeadFirstSentinelIsSkipped) {
   auto c = cfg();
   c.sentinels.insert(c.sentinels.begin(), redis::address{"127.0.0.1", test::free_port()});
   auto conn = redis::connection::open(c);
@@ -137,7 +137,7 @@ TEST_F(HaRedis, ADeadFirstSentinelIsSkipped) {
     EXPECT_TRUE(contains(text_of(none.error()), s.to_string())) << text_of(none.error());
 }
 
-TEST_F(HaRedis, AWrongMasterNameIsAFinalErrorNamingIt) {
+TEST_F(SentinelRedis, AWrongMasterNameIsAFinalErrorNamingIt) {
   auto c = cfg();
   c.master_name = "no-such-primary";
   auto conn = redis::connection::open(c);
@@ -169,7 +169,7 @@ TEST_F(HaRedis, AWrongMasterNameIsAFinalErrorNamingIt) {
   EXPECT_TRUE(contains(r.err, "redis.master-name")) << r.err;
 }
 
-TEST_F(HaRedis, SentinelCredentialsFromTheAclExampleAndRefusalsNameThem) {
+TEST_F(SentinelRedis, SentinelCredentialsFromTheAclExampleAndRefusalsNameThem) {
   // The Sentinel user of config/redis-acl.conf (a comment there: it belongs
   // in sentinel.conf), with the placeholder replaced.
   std::ifstream in{QSP_SOURCE_DIR "/config/redis-acl.conf"};
@@ -224,13 +224,13 @@ namespace {
 
 /// Replicas accept writes here (replica-read-only no): only the ROLE check
 /// can keep a write off a replica that a stale Sentinel answer names.
-struct HaWritableReplicas : HaRedis {
+struct SentinelWritableReplicas : SentinelRedis {
   std::vector<std::string> server_extra() override { return {"--replica-read-only", "no"}; }
 };
 
 } // namespace
 
-TEST_F(HaWritableReplicas, AStaleAnswerNamingAReplicaGetsNoWrite) {
+TEST_F(SentinelWritableReplicas, AStaleAnswerNamingAReplicaGetsNoWrite) {
   // A Sentinel that monitors the replica as "stale": it keeps naming it,
   // just like a Sentinel that has not learned of a failover yet.
   auto replica = set->servers[1]->port;
@@ -272,7 +272,7 @@ TEST_F(HaWritableReplicas, AStaleAnswerNamingAReplicaGetsNoWrite) {
     (*admin)->delete_topic(topic);
 }
 
-TEST_F(HaRedis, AHeldConnectionToAPrimaryTurnedReplicaGetsReadonlyAndNoWrite) {
+TEST_F(SentinelRedis, AHeldConnectionToAPrimaryTurnedReplicaGetsReadonlyAndNoWrite) {
   auto id = some_identity("t");
   auto store = redis::redis_checkpoint_store::open(cfg());
   ASSERT_TRUE(store) << text_of(store.error());
@@ -316,7 +316,7 @@ namespace {
 
 constexpr int users = 300;
 
-struct HaNode : HaRedis {
+struct SentinelNode : SentinelRedis {
   std::string topic = test::unique_name("ha");
   int partitions = 2;
   std::unique_ptr<kafka::admin> admin;
@@ -326,7 +326,7 @@ struct HaNode : HaRedis {
   uint16_t http_port = 0;
 
   void SetUp() override {
-    HaRedis::SetUp();
+    SentinelRedis::SetUp();
     if (HasFatalFailure())
       return;
     auto a = kafka::admin::make(test::kafka_client());
@@ -364,7 +364,7 @@ struct HaNode : HaRedis {
   /// A steady trickle of records into every partition until stopped.
   class appender {
   public:
-    explicit appender(HaNode& s) : s_(s), thread_([this] { loop(); }) {}
+    explicit appender(SentinelNode& s) : s_(s), thread_([this] { loop(); }) {}
     ~appender() { stop(); }
     void stop() {
       if (thread_.joinable()) {
@@ -397,7 +397,7 @@ struct HaNode : HaRedis {
       if (!p->flush())
         ADD_FAILURE() << "appender: final flush failed";
     }
-    HaNode& s_;
+    SentinelNode& s_;
     std::atomic<bool> stop_{false};
     std::thread thread_;
   };
@@ -408,7 +408,7 @@ struct HaNode : HaRedis {
   /// or stale in the same snapshot.
   class sampler {
   public:
-    explicit sampler(HaNode& s) : s_(s), thread_([this] { loop(); }) {}
+    explicit sampler(SentinelNode& s) : s_(s), thread_([this] { loop(); }) {}
     ~sampler() { stop(); }
     void stop() {
       if (thread_.joinable()) {
@@ -499,7 +499,7 @@ struct HaNode : HaRedis {
         examples.push_back(std::move(what));
     }
 
-    HaNode& s_;
+    SentinelNode& s_;
     std::atomic<bool> stop_{false};
     std::thread thread_;
   };
@@ -624,7 +624,7 @@ struct HaNode : HaRedis {
 
 } // namespace
 
-TEST_F(HaNode, PrimaryKilledUnderLoadTheNodeFollowsThePromotedReplica) {
+TEST_F(SentinelNode, PrimaryKilledUnderLoadTheNodeFollowsThePromotedReplica) {
   produce(3000);
   auto logf = "/tmp/" + test::unique_name("ha-kill") + ".log";
   test::node_process node{run_args(), logf};
@@ -658,7 +658,7 @@ TEST_F(HaNode, PrimaryKilledUnderLoadTheNodeFollowsThePromotedReplica) {
   expect_consistent_after_catch_up();
 }
 
-TEST_F(HaNode, PlannedFailoverUnderLoadRestartsOnTheNewPrimary) {
+TEST_F(SentinelNode, PlannedFailoverUnderLoadRestartsOnTheNewPrimary) {
   produce(3000);
   auto logf = "/tmp/" + test::unique_name("ha-planned") + ".log";
   test::node_process node{run_args(), logf};
@@ -690,7 +690,7 @@ TEST_F(HaNode, PlannedFailoverUnderLoadRestartsOnTheNewPrimary) {
   expect_consistent_after_catch_up();
 }
 
-TEST_F(HaNode, OldPrimaryReturnsWhileTheNodeHoldsAConnectionToIt) {
+TEST_F(SentinelNode, OldPrimaryReturnsWhileTheNodeHoldsAConnectionToIt) {
   produce(3000);
   auto logf = "/tmp/" + test::unique_name("ha-return") + ".log";
   // A command timeout longer than the failover: the node keeps its

@@ -449,3 +449,45 @@ TEST(RedisConnection, NopermIsAConfigurationErrorNamingTheCommand) {
   EXPECT_EQ(key.error().code(), static_cast<uint8_t>(ec::invalid_config));
   EXPECT_NE(describe(key.error()).find("GET"), std::string::npos) << describe(key.error());
 }
+
+// The leader-epoch sidecar travels with the checkpoint in the same guarded
+// script: written with it, untouched by a refused write, read back in the
+// same atomic snapshot; the seven-field checkpoint hash stays as it is.
+TEST(RedisCheckpointStore, LeaderEpochSidecarIsWrittenWithTheCheckpointOnly) {
+  auto ns = test::unique_name("ns");
+  auto topic = test::unique_name("t");
+  auto id = ident(topic);
+  auto a = redis::redis_checkpoint_store::open(test::redis_settings(ns, "convs:"));
+  ASSERT_TRUE(a);
+  ASSERT_EQ((*a)->create_meta(id), true);
+  ASSERT_TRUE((*a)->write_checkpoint(id, 0, -1, 10, 3));
+  auto c = test::redis_conn();
+  auto side = redis::epoch_key(ns, topic, 0);
+  EXPECT_EQ(test::redis_cmd(*c, {"HGET", side, "next_offset"}), "10");
+  EXPECT_EQ(test::redis_cmd(*c, {"HGET", side, "leader_epoch"}), "3");
+  // A refused write (stale expectation) changes neither key.
+  auto stale = (*a)->write_checkpoint(id, 0, 7, 20, 4);
+  ASSERT_FALSE(stale);
+  EXPECT_EQ(test::redis_cmd(*c, {"HGET", side, "next_offset"}), "10");
+  EXPECT_EQ(test::redis_cmd(*c, {"HGET", side, "leader_epoch"}), "3");
+  // Unknown epoch: stored as -1 with its offset.
+  ASSERT_TRUE((*a)->write_checkpoint(id, 0, 10, 12));
+  EXPECT_EQ(test::redis_cmd(*c, {"HGET", side, "leader_epoch"}), "-1");
+  ASSERT_TRUE((*a)->write_checkpoint(id, 0, 12, 15, 5));
+  auto st = (*a)->read(topic, id.partition_count);
+  ASSERT_TRUE(st) << describe(st.error());
+  EXPECT_EQ(st->checkpoints.at("0"), core::encode_checkpoint(id, 0, 15));
+  ASSERT_EQ(st->epochs.size(), 1u);
+  EXPECT_EQ(st->epochs.at(0), (core::hash_fields{{"next_offset", "15"}, {"leader_epoch", "5"}}));
+  auto v = core::validate_epochs(*st, {{0, 15}});
+  EXPECT_TRUE(v.problems.empty());
+  EXPECT_EQ(v.leader_epochs, (std::map<int32_t, int32_t>{{0, 5}}));
+  // A sidecar of another offset is "unknown", a corrupt one a problem.
+  EXPECT_TRUE(core::validate_epochs(*st, {{0, 16}}).leader_epochs.empty());
+  test::redis_cmd(*c, {"HSET", side, "leader_epoch", "x"});
+  st = (*a)->read(topic, id.partition_count);
+  ASSERT_TRUE(st);
+  auto bad = core::validate_epochs(*st, {{0, 15}});
+  ASSERT_EQ(bad.problems.size(), 1u);
+  EXPECT_EQ(bad.problems[0].field, "leader_epoch");
+}

@@ -324,6 +324,10 @@ caf::expected<core::stored_state> fake_checkpoint_store::read(const std::string&
   for (auto& [k, s] : w_->strings)
     if (matches(k))
       st.checkpoints[k.substr(prefix.size())] = core::hash_fields{};
+  for (int32_t p = 0; p < w_->partition_count(); ++p)
+    if (auto i = w_->hashes.find(w_->ns + ":epoch:" + topic + ":" + std::to_string(p));
+        i != w_->hashes.end())
+      st.epochs[p] = i->second;
   return st;
 }
 
@@ -352,7 +356,8 @@ caf::expected<bool> fake_checkpoint_store::create_meta(const core::identity& id)
 
 caf::expected<void> fake_checkpoint_store::write_checkpoint(const core::identity& id,
                                                             int32_t partition, int64_t expected,
-                                                            int64_t next_offset) {
+                                                            int64_t next_offset,
+                                                            int32_t leader_epoch) {
   lock g{w_->mtx};
   ++w_->calls.write_checkpoint;
   if (w_->write_fault.fire())
@@ -443,6 +448,9 @@ caf::expected<void> fake_checkpoint_store::write_checkpoint(const core::identity
     h[f] = v;
   h["partition"] = core::to_decimal(partition);
   h["next_offset"] = core::to_decimal(next_offset);
+  auto& e = w_->hashes[w_->ns + ":epoch:" + id.topic + ":" + std::to_string(partition)];
+  e["next_offset"] = core::to_decimal(next_offset);
+  e["leader_epoch"] = leader_epoch < 0 ? std::string{"-1"} : core::to_decimal(leader_epoch);
   w_->events.push_back(fake_event{fake_event::kind::checkpoint, partition, next_offset});
   if (w_->on_checkpoint_written)
     w_->on_checkpoint_written(partition, next_offset);
@@ -587,7 +595,7 @@ caf::expected<void> fake_partition_reader::poll(size_t max, std::vector<log_reco
   while (pos_ < stable && delivered < max) {
     auto& e = fp.log[static_cast<size_t>(pos_)];
     if (e.kind == entry_kind::data) {
-      out.push_back(log_record{e.offset, e.value, 1700000000000 + e.offset});
+      out.push_back(log_record{e.offset, e.value, 1700000000000 + e.offset, fp.leader_epoch});
       ++delivered;
     }
     ++pos_;
@@ -602,6 +610,11 @@ caf::expected<void> fake_partition_reader::poll(size_t max, std::vector<log_reco
   return caf::unit;
 }
 
+int32_t fake_partition_reader::position_epoch(int64_t offset) {
+  lock g{w_->mtx};
+  return offset == pos_ ? w_->part(partition_).leader_epoch : -1;
+}
+
 void fake_partition_reader::on_data(std::function<void()> wake) {
   lock g{w_->mtx};
   wake_ = std::move(wake);
@@ -614,7 +627,8 @@ void fake_partition_reader::fire() {
   }
 }
 
-caf::expected<void> fake_dispatch_log::start(const std::map<int32_t, int64_t>& starts) {
+caf::expected<void> fake_dispatch_log::start(const std::map<int32_t, int64_t>& starts,
+                                             const std::map<int32_t, int32_t>& epochs) {
   lock g{w_->mtx};
   ++w_->calls.start;
   if (w_->start_fault.fire())
@@ -633,6 +647,7 @@ caf::expected<void> fake_dispatch_log::start(const std::map<int32_t, int64_t>& s
                                             + "\": start outside the retained range");
   }
   starts_ = starts;
+  epochs_ = epochs;
   readers_.clear();
   w_->events.push_back(fake_event{fake_event::kind::assigned, -1, 0});
   return caf::unit;
@@ -650,6 +665,13 @@ std::shared_ptr<partition_reader> fake_dispatch_log::reader(int32_t partition) {
     w_->readers.push_back(r);
   }
   return r;
+}
+
+int64_t fake_dispatch_log::log_end(int32_t partition) {
+  lock g{w_->mtx};
+  if (starts_.count(partition) == 0)
+    return -1;
+  return w_->end(partition);
 }
 
 // -- factory -----------------------------------------------------------------------

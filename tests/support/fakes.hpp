@@ -85,6 +85,7 @@ struct fake_partition {
   int64_t low = 0;                 ///< entries below are deleted
   std::vector<log_entry> log;      ///< log[i].offset == i
   std::map<int64_t, int64_t> open; ///< open transaction id -> its first offset
+  int32_t leader_epoch = 0;        ///< the epoch readers see on records and positions
 
   int64_t end() const { return static_cast<int64_t>(log.size()); }
   /// The last stable offset: the first offset of the oldest open transaction,
@@ -303,7 +304,8 @@ public:
                                          int32_t partition_count) override;
   caf::expected<bool> create_meta(const core::identity& id) override;
   caf::expected<void> write_checkpoint(const core::identity& id, int32_t partition,
-                                       int64_t expected, int64_t next_offset) override;
+                                       int64_t expected, int64_t next_offset,
+                                       int32_t leader_epoch = -1) override;
 
 private:
   std::shared_ptr<fake_world> w_;
@@ -332,6 +334,7 @@ public:
     : w_(std::move(w)), partition_(partition), pos_(start) {}
   caf::expected<void> poll(size_t max, std::vector<log_record>& out, int64_t& passed) override;
   void on_data(std::function<void()> wake) override;
+  int32_t position_epoch(int64_t offset) override;
   int64_t position() const { return pos_; }
   int32_t partition() const { return partition_; }
   /// Calls the data callback, if any (the world's lock is held).
@@ -348,14 +351,22 @@ private:
 class fake_dispatch_log final : public dispatch_log {
 public:
   explicit fake_dispatch_log(std::shared_ptr<fake_world> w) : w_(std::move(w)) {}
-  caf::expected<void> start(const std::map<int32_t, int64_t>& starts) override;
+  caf::expected<void> start(const std::map<int32_t, int64_t>& starts,
+                            const std::map<int32_t, int32_t>& epochs = {}) override;
   /// nullptr before start() or for a partition start() did not assign.
   std::shared_ptr<partition_reader> reader(int32_t partition) override;
+  /// The high watermark (end of the log, open transactions included) of an
+  /// assigned partition, always current: librdkafka's fetcher keeps its
+  /// cached value fresh in the background, whatever the application polls.
+  int64_t log_end(int32_t partition) override;
   const std::map<int32_t, int64_t>& starts() const { return starts_; }
+  /// The stored leader epochs the last start() was given to validate.
+  const std::map<int32_t, int32_t>& epochs() const { return epochs_; }
 
 private:
   std::shared_ptr<fake_world> w_;
   std::map<int32_t, int64_t> starts_;
+  std::map<int32_t, int32_t> epochs_;
   std::map<int32_t, std::shared_ptr<fake_partition_reader>> readers_;
 };
 

@@ -41,34 +41,275 @@ namespace {
 
 } // namespace
 
+namespace {
+
+std::vector<std::string> split_list(const std::string& v) {
+  std::vector<std::string> out;
+  std::string item;
+  std::istringstream in{v};
+  while (std::getline(in, item, ','))
+    if (!item.empty())
+      out.push_back(item);
+  return out;
+}
+
+/// "1=host:port,2=host:port" -> {1: "host:port", ...}; false on a malformed entry.
+bool parse_id_list(const std::string& v, std::map<int, std::string>& out) {
+  for (auto& item : split_list(v)) {
+    auto eq = item.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == item.size()
+        || item.find_first_not_of("0123456789") != eq)
+      return false;
+    out[std::stoi(item.substr(0, eq))] = item.substr(eq + 1);
+  }
+  return true;
+}
+
+/// Parses an env file of scripts/services; nullopt (reason in `why`) when it
+/// cannot be read or lacks what every set writes.
+std::optional<services> read_services(const std::string& file, std::string& why) {
+  std::ifstream in{file};
+  if (!in) {
+    why = "cannot read " + file;
+    return std::nullopt;
+  }
+  services r;
+  r.env_file = file;
+  auto slash = file.rfind('/');
+  r.state_dir = slash == std::string::npos ? "." : file.substr(0, slash);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("export ", 0) == 0)
+      line = line.substr(7);
+    auto eq = line.find('=');
+    if (eq == std::string::npos)
+      continue;
+    auto k = line.substr(0, eq), v = line.substr(eq + 1);
+    bool ok = true;
+    if (k == "REDIS_HOST")
+      r.redis_host = v;
+    else if (k == "REDIS_PORT")
+      r.redis_port = static_cast<uint16_t>(std::stoi(v));
+    else if (k == "KAFKA_BOOTSTRAP")
+      r.kafka_bootstrap = v;
+    else if (k == "QSP_SERVICES_TOPOLOGY")
+      r.ha = v == "ha";
+    else if (k == "REDIS_MASTER_NAME")
+      r.redis_master_name = v;
+    else if (k == "REDIS_SENTINELS")
+      r.redis_sentinels = split_list(v);
+    else if (k == "REDIS_REPLICAS")
+      r.redis_replicas = split_list(v);
+    else if (k == "REDIS_NODES")
+      ok = parse_id_list(v, r.redis_nodes);
+    else if (k == "KAFKA_BROKERS")
+      ok = parse_id_list(v, r.kafka_brokers);
+    if (!ok) {
+      why = file + ": malformed " + k + " (want id=host:port,...): " + v;
+      return std::nullopt;
+    }
+  }
+  if (r.redis_port == 0 || r.kafka_bootstrap.empty()) {
+    why = file + " lacks REDIS_PORT or KAFKA_BOOTSTRAP";
+    return std::nullopt;
+  }
+  if (r.ha
+      && (r.redis_master_name.empty() || r.redis_sentinels.empty() || r.redis_nodes.empty()
+          || r.kafka_brokers.empty())) {
+    why = file + " says QSP_SERVICES_TOPOLOGY=ha but lacks REDIS_MASTER_NAME, REDIS_SENTINELS,"
+                 " REDIS_NODES or KAFKA_BROKERS";
+    return std::nullopt;
+  }
+  return r;
+}
+
+} // namespace
+
 const services& env() {
   static const services s = [] {
     const char* path = std::getenv("QSP_SERVICES_ENV");
     std::string file = path != nullptr ? path : QSP_SOURCE_DIR "/.services/env";
-    std::ifstream in{file};
-    if (!in)
-      die("cannot read " + file + ": start the services with scripts/services start");
-    services r;
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.rfind("export ", 0) == 0)
-        line = line.substr(7);
-      auto eq = line.find('=');
-      if (eq == std::string::npos)
-        continue;
-      auto k = line.substr(0, eq), v = line.substr(eq + 1);
-      if (k == "REDIS_HOST")
-        r.redis_host = v;
-      else if (k == "REDIS_PORT")
-        r.redis_port = static_cast<uint16_t>(std::stoi(v));
-      else if (k == "KAFKA_BOOTSTRAP")
-        r.kafka_bootstrap = v;
+    std::string why;
+    auto r = read_services(file, why);
+    if (!r) {
+      if (why.rfind("cannot read ", 0) == 0)
+        why += ": start the services with scripts/services start";
+      die(why);
     }
-    if (r.redis_port == 0 || r.kafka_bootstrap.empty())
-      die(file + " lacks REDIS_PORT or KAFKA_BOOTSTRAP");
-    return r;
+    return *r;
   }();
   return s;
+}
+
+const services* ha_env(std::string* why) {
+  static const std::pair<std::optional<services>, std::string> found = [] {
+    std::vector<std::string> files;
+    if (const char* path = std::getenv("QSP_SERVICES_ENV"))
+      files.emplace_back(path);
+    else
+      files = {QSP_SOURCE_DIR "/.services-ha/env", QSP_SOURCE_DIR "/.services/env"};
+    std::string reasons;
+    for (auto& f : files) {
+      std::string w;
+      auto r = read_services(f, w);
+      if (r && r->ha)
+        return std::make_pair(r, std::string{});
+      reasons += (reasons.empty() ? "" : "; ") + (r ? f + " describes the default set" : w);
+    }
+    return std::make_pair(std::optional<services>{},
+                          "no HA set (" + reasons
+                            + "): run scripts/test --ha, or start one with"
+                              " QSP_SERVICES_DIR=.services-ha scripts/services start --ha");
+  }();
+  if (why != nullptr)
+    *why = found.second;
+  return found.first ? &*found.first : nullptr;
+}
+
+int services_cmd(const services& s, const std::string& args) {
+  return sh("QSP_SERVICES_DIR='" + s.state_dir + "' " QSP_SOURCE_DIR "/scripts/services " + args);
+}
+
+kafka::client_settings kafka_client(const services& s) {
+  kafka::client_settings c;
+  c.bootstrap_servers = s.kafka_bootstrap;
+  c.client_id = "qsp-test";
+  return c;
+}
+
+std::unique_ptr<redis::connection> redis_conn_at(const std::string& host_port) {
+  auto colon = host_port.rfind(':');
+  if (colon == std::string::npos)
+    die("not host:port: " + host_port);
+  redis::settings cfg;
+  cfg.host = host_port.substr(0, colon);
+  cfg.port = static_cast<uint16_t>(std::stoi(host_port.substr(colon + 1)));
+  cfg.command_timeout_ms = 5000;
+  auto c = redis::connection::open(cfg);
+  if (!c)
+    die("redis " + host_port + ": " + describe(c.error()));
+  return std::move(*c);
+}
+
+namespace {
+
+struct rk_deleter {
+  void operator()(rd_kafka_t* rk) const { rd_kafka_destroy(rk); }
+};
+using rk_ptr = std::unique_ptr<rd_kafka_t, rk_deleter>;
+
+rk_ptr plain_handle(const kafka::client_settings& cfg, std::string& why) {
+  char err[512];
+  rd_kafka_conf_t* conf = rd_kafka_conf_new();
+  std::vector<std::pair<std::string, std::string>> props{
+    {"bootstrap.servers", cfg.bootstrap_servers}, {"client.id", cfg.client_id}};
+  props.insert(props.end(), cfg.properties.begin(), cfg.properties.end());
+  for (auto& [k, v] : props)
+    if (rd_kafka_conf_set(conf, k.c_str(), v.c_str(), err, sizeof(err)) != RD_KAFKA_CONF_OK) {
+      rd_kafka_conf_destroy(conf);
+      why = err;
+      return nullptr;
+    }
+  rd_kafka_t* rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+  if (rk == nullptr) {
+    rd_kafka_conf_destroy(conf);
+    why = err;
+  }
+  return rk_ptr{rk};
+}
+
+} // namespace
+
+std::optional<partition_info> describe_partition(const kafka::client_settings& cfg,
+                                                 const std::string& topic, int32_t partition,
+                                                 std::string* why) {
+  std::string w;
+  auto fail = [&](std::string text) -> std::optional<partition_info> {
+    if (why != nullptr)
+      *why = std::move(text);
+    return std::nullopt;
+  };
+  auto rk = plain_handle(cfg, w);
+  if (!rk)
+    return fail("cannot create a client: " + w);
+  rd_kafka_topic_t* t = rd_kafka_topic_new(rk.get(), topic.c_str(), nullptr);
+  const rd_kafka_metadata_t* md = nullptr;
+  auto err = rd_kafka_metadata(rk.get(), 0, t, &md, cfg.timeout_ms);
+  rd_kafka_topic_destroy(t);
+  if (err)
+    return fail("metadata of " + topic + ": " + rd_kafka_err2str(err));
+  std::optional<partition_info> out;
+  for (int i = 0; i < md->topic_cnt && !out; ++i) {
+    auto& mt = md->topics[i];
+    if (topic != mt.topic || mt.err)
+      continue;
+    for (int j = 0; j < mt.partition_cnt; ++j) {
+      auto& mp = mt.partitions[j];
+      if (mp.id != partition)
+        continue;
+      partition_info p;
+      p.leader = mp.err ? -1 : mp.leader;
+      p.replicas.assign(mp.replicas, mp.replicas + mp.replica_cnt);
+      p.isr.assign(mp.isrs, mp.isrs + mp.isr_cnt);
+      std::sort(p.replicas.begin(), p.replicas.end());
+      std::sort(p.isr.begin(), p.isr.end());
+      out = p;
+    }
+  }
+  rd_kafka_metadata_destroy(md);
+  if (!out)
+    return fail("the metadata lack " + topic + "/" + std::to_string(partition));
+  return out;
+}
+
+std::optional<std::string> topic_config(const kafka::client_settings& cfg,
+                                        const std::string& topic, const std::string& key,
+                                        std::string* why) {
+  std::string w;
+  auto fail = [&](std::string text) -> std::optional<std::string> {
+    if (why != nullptr)
+      *why = std::move(text);
+    return std::nullopt;
+  };
+  auto rk = plain_handle(cfg, w);
+  if (!rk)
+    return fail("cannot create a client: " + w);
+  rd_kafka_queue_t* q = rd_kafka_queue_new(rk.get());
+  rd_kafka_ConfigResource_t* res = rd_kafka_ConfigResource_new(RD_KAFKA_RESOURCE_TOPIC, topic.c_str());
+  rd_kafka_DescribeConfigs(rk.get(), &res, 1, nullptr, q);
+  rd_kafka_ConfigResource_destroy(res);
+  rd_kafka_event_t* ev = rd_kafka_queue_poll(q, cfg.timeout_ms + 1000);
+  std::optional<std::string> value;
+  std::string problem = "DescribeConfigs of " + topic + " timed out";
+  if (ev != nullptr) {
+    if (rd_kafka_event_error(ev)) {
+      problem = std::string{"DescribeConfigs of "} + topic + ": " + rd_kafka_event_error_string(ev);
+    } else if (auto* result = rd_kafka_event_DescribeConfigs_result(ev)) {
+      size_t n = 0;
+      auto** resources = rd_kafka_DescribeConfigs_result_resources(result, &n);
+      problem = topic + " has no config " + key;
+      for (size_t i = 0; i < n && !value; ++i) {
+        if (rd_kafka_ConfigResource_error(resources[i])) {
+          problem = std::string{"DescribeConfigs of "} + topic + ": "
+                    + rd_kafka_ConfigResource_error_string(resources[i]);
+          continue;
+        }
+        size_t m = 0;
+        auto** entries = rd_kafka_ConfigResource_configs(resources[i], &m);
+        for (size_t j = 0; j < m; ++j)
+          if (key == rd_kafka_ConfigEntry_name(entries[j])) {
+            const char* v = rd_kafka_ConfigEntry_value(entries[j]);
+            value = v != nullptr ? v : "";
+            break;
+          }
+      }
+    }
+    rd_kafka_event_destroy(ev);
+  }
+  rd_kafka_queue_destroy(q);
+  if (!value)
+    return fail(problem);
+  return value;
 }
 
 std::string unique_name(const std::string& prefix) {

@@ -21,13 +21,56 @@ namespace qsp::test {
 
 struct services {
   std::string redis_host;
-  uint16_t redis_port = 0;
-  std::string kafka_bootstrap;
+  uint16_t redis_port = 0;          ///< the HA set: the primary at its start
+  std::string kafka_bootstrap;      ///< the HA set: every broker, comma-separated
+
+  std::string env_file;             ///< the file these come from
+  std::string state_dir;            ///< its directory (the set's QSP_SERVICES_DIR)
+  // The replicated set of `scripts/services start --ha` (QSP_SERVICES_TOPOLOGY=ha);
+  // false and empty for the default set.
+  bool ha = false;
+  std::string redis_master_name;              ///< Sentinel's name of the primary
+  std::vector<std::string> redis_sentinels;   ///< host:port
+  std::vector<std::string> redis_replicas;    ///< host:port, at the set's start
+  std::map<int, std::string> redis_nodes;     ///< node id -> host:port
+  std::map<int, std::string> kafka_brokers;   ///< node id -> host:port
 };
 
 /// Reads QSP_SERVICES_ENV or the repo's .services/env; aborts the test run
 /// with a clear message when the services are not running.
 const services& env();
+
+/// The HA set (scripts/services start --ha), read from QSP_SERVICES_ENV when
+/// set, else from the repo's .services-ha/env (where scripts/test --ha starts
+/// it), else from .services/env; nullptr when none of these describes an HA
+/// set, with the reason in `why`.  HA tests skip then.
+const services* ha_env(std::string* why = nullptr);
+
+/// Runs `scripts/services ARGS` on the set `s` (QSP_SERVICES_DIR = its state
+/// dir), e.g. "kill-broker 2"; its exit code.
+int services_cmd(const services& s, const std::string& args);
+
+/// Client settings for the brokers of `s`.
+kafka::client_settings kafka_client(const services& s);
+
+/// A connection to a Redis or Sentinel at "host:port"; aborts if it cannot connect.
+std::unique_ptr<redis::connection> redis_conn_at(const std::string& host_port);
+
+/// One partition as the cluster's metadata describes it (broker node ids).
+struct partition_info {
+  int32_t leader = -1;
+  std::vector<int32_t> replicas;
+  std::vector<int32_t> isr;
+};
+/// nullopt (reason in `why`) if the metadata request fails or lacks the partition.
+std::optional<partition_info> describe_partition(const kafka::client_settings& cfg,
+                                                 const std::string& topic, int32_t partition,
+                                                 std::string* why = nullptr);
+/// A topic config's value as the broker reports it (DescribeConfigs); nullopt
+/// (reason in `why`) if the request fails or the key is missing.
+std::optional<std::string> topic_config(const kafka::client_settings& cfg,
+                                        const std::string& topic, const std::string& key,
+                                        std::string* why = nullptr);
 
 /// A name unique to this process and call: prefix-<pid>-<n>.
 std::string unique_name(const std::string& prefix);

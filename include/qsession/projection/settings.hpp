@@ -72,6 +72,8 @@ struct projection_settings {
   caf::timespan idle_poll = std::chrono::seconds(10);
   caf::timespan backoff_initial = std::chrono::milliseconds(200);
   caf::timespan backoff_max = std::chrono::seconds(30);
+  /// projection.progress-interval: while catching up, a progress log line
+  /// (done/H0 per partition, %, rate, ETA) per interval.
   caf::timespan progress_interval = std::chrono::seconds(5);
   /// projection.identity-check-interval: the run-time identity fence
   /// (DESIGN.md §4) re-checks the broker identity at least this often.

@@ -57,12 +57,23 @@ std::string describe(const caf::error& x);
 // -- value types -------------------------------------------------------------
 
 /// One partition's progress: checkpoint (`next_offset`) against this start's
-/// target H0.
+/// target H0, and against the live end of the log.
 struct partition_status {
   int32_t partition = 0;
   int64_t start = 0;
   int64_t h0 = 0;
   int64_t next_offset = 0;
+  /// The end of the partition's log as the consumer last saw it: the high
+  /// watermark librdkafka cached from its latest fetch response (never a
+  /// request of its own), and at least H0.  Records of a transaction that is
+  /// still open count (they are in the log, not yet readable).
+  int64_t log_end = 0;
+  /// max(0, log_end - next_offset): what the projection has not written yet.
+  int64_t live_lag = 0;
+  /// Milliseconds since `next_offset` last advanced while there is live lag;
+  /// 0 while live_lag is 0 (nothing to do).  Counted from the later of the
+  /// last advance and the last time the partition was seen with nothing to do.
+  int64_t progress_age_ms = 0;
 };
 
 /// A snapshot of one projection, pushed to subscribers on every change of
@@ -96,7 +107,7 @@ using session_list = std::vector<session_entry>;
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, partition_status& x) {
   return f(caf::meta::type_name("qsp.partition_status"), x.partition, x.start, x.h0,
-           x.next_offset);
+           x.next_offset, x.log_end, x.live_lag, x.progress_age_ms);
 }
 
 template <class Inspector>

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# scripts/services without any service running (no process is started): the
+# answers of status, the fault commands and option parsing on empty, default
+# and HA state dirs.  Usage: services_cli_test.sh <repo>
+set -uo pipefail
+SERVICES=$1/scripts/services
+dir=$(mktemp -d /tmp/qsp-services-cli.XXXXXX)
+trap 'rm -rf "$dir"' EXIT
+export QSP_SERVICES_DIR=$dir
+fails=0
+
+# expect RC PATTERN ARGS... : `scripts/services ARGS` exits RC and its output
+# (stdout and stderr) matches the extended regex PATTERN
+expect() {
+  local want=$1 pattern=$2 out rc; shift 2
+  out=$("$SERVICES" "$@" 2>&1); rc=$?
+  if [ "$rc" != "$want" ] || ! grep -Eq -- "$pattern" <<<"$out"; then
+    printf 'FAIL: services %s: exit %s (want %s), output:\n%s\n(want /%s/)\n' "$*" "$rc" "$want" "$out" "$pattern"
+    fails=$((fails + 1))
+  else
+    printf 'ok: services %s -> %s\n' "$*" "$rc"
+  fi
+}
+
+# A state dir without an env file (as after stop): not running, exit 3.
+expect 3 '^redis: not running' status
+expect 3 '^kafka: not running' status
+expect 1 "unknown option '--bogus' \(only --ha\)" start --bogus
+expect 1 "holds no HA set" kill-broker 1
+expect 1 "holds no HA set" start-redis primary
+expect 0 '' stop
+
+# An HA state dir whose processes are gone.
+echo ha >"$dir/topology"
+expect 3 '^redis-1: not running$' status          # no ports recorded yet
+printf '%s\n' "redis-1 1" "redis-2 2" "redis-3 3" "sentinel-1 4" "sentinel-2 5" "sentinel-3 6" \
+  "kafka-1 7" "kafka-2 8" "kafka-3 9" "controller-1 10" "controller-2 11" "controller-3 12" >"$dir/ha-ports"
+expect 3 '^redis-1: not running \(port 1\)' status
+expect 3 '^sentinel-3: not running \(port 6\)' status
+expect 3 '^kafka-2: not running \(port 8\)' status
+expect 1 "kafka: no such node '7' \(ids: 1 2 3\)" kill-broker 7
+expect 1 "redis: no such node 'x' \(ids: 1 2 3 or primary\)" kill-redis x
+expect 1 "kafka-1 is not running" kill-broker 1
+expect 1 "no sentinel answers; cannot tell the primary" kill-redis primary
+# A stale pid file that names a process which is not ours is never signalled.
+echo $$ >"$dir/kafka-1.pid"
+expect 1 "kafka-1 is not running" kill-broker 1
+expect 0 '' stop
+[ -e "$dir/topology" ] && { echo "FAIL: stop left the topology marker"; fails=$((fails + 1)); }
+
+[ $fails = 0 ] && echo "all passed"
+exit $((fails > 0))
