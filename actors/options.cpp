@@ -7,6 +7,7 @@
 #include "caf/config_option_adder.hpp"
 #include "caf/settings.hpp"
 
+#include "core/endpoint.hpp"
 #include "qsession/projection/types.hpp"
 
 namespace qsp {
@@ -67,10 +68,25 @@ caf::error projection_settings::validate() const {
   for (auto& [k, v] : kafka.properties)
     if (k.empty())
       return bad("kafka.properties", "entries must look like \"key=value\", got one without a key");
-  if (redis.host.empty())
-    return bad("redis.host", "must not be empty");
-  if (redis.port == 0)
-    return bad("redis.port", "an integer in [1, 65535], got 0");
+  if (redis.sentinels.empty()) {
+    if (redis.host.empty())
+      return bad("redis.host", "must not be empty");
+    if (redis.port == 0)
+      return bad("redis.port", "an integer in [1, 65535], got 0");
+    if (!redis.master_name.empty())
+      return bad("redis.master-name", "only with redis.sentinels (which is empty)");
+    if (!redis.sentinel_username.empty() || !redis.sentinel_password.empty())
+      return bad("redis.sentinel-username/-password",
+                 "only with redis.sentinels (which is empty)");
+  } else {
+    for (auto& s : redis.sentinels)
+      if (!core::parse_host_port(s))
+        return bad("redis.sentinels",
+                   "entries must look like \"host:port\" (port in [1, 65535]), got \"" + s + "\"");
+    if (redis.master_name.empty())
+      return bad("redis.master-name", "required with redis.sentinels: the name the Sentinels "
+                                      "monitor the primary under");
+  }
   if (redis.command_timeout.count() < 1 || redis.command_timeout > std::chrono::hours(1))
     return bad("redis.command-timeout",
                "a duration in [1ms, 1h], got " + std::to_string(redis.command_timeout.count()) + "ms");
@@ -117,12 +133,21 @@ void add_options(caf::config_option_set& opts, const std::string& group) {
                                    "extra librdkafka properties, [\"key=value\", ...] (default: none)")
     .add<int64_t>("timeout-ms", "admin/metadata request timeout (default: 10000)");
   caf::config_option_adder{opts, prefixed(group, "redis")}
-    .add<std::string>("host", "Redis host (default: 127.0.0.1)")
-    .add<int64_t>("port", "Redis port (default: 6379)")
+    .add<std::string>("host", "Redis host, not with sentinels (default: 127.0.0.1)")
+    .add<int64_t>("port", "Redis port, not with sentinels (default: 6379)")
+    .add<std::vector<std::string>>("sentinels",
+                                   "Redis Sentinels [\"host:port\", ...], asked in order for the "
+                                   "primary of master-name; replaces host/port (default: none)")
+    .add<std::string>("master-name", "the primary's name at the Sentinels (required with sentinels)")
+    .add<std::string>("sentinel-username", "ACL user at the Sentinels (empty: default)")
+    .add<std::string>("sentinel-password",
+                      "password at the Sentinels, never logged (prefer sentinel-password-file; "
+                      "default: none)")
+    .add<std::string>("sentinel-password-file", "file holding the Sentinels' password")
     .add<std::string>("username", "ACL user (empty: default)")
     .add<std::string>("password", "password, never logged (prefer password-file; default: none)")
     .add<std::string>("password-file", "file holding the password")
-    .add<bool>("tls", "connect over TLS (a flag; default: false)")
+    .add<bool>("tls", "connect over TLS, to the Sentinels too (a flag; default: false)")
     .add<std::string>("tls-ca-file", "CA bundle for TLS")
     .add<std::string>("tls-cert-file", "client certificate for TLS")
     .add<std::string>("tls-key-file", "client key for TLS")
@@ -196,14 +221,33 @@ caf::expected<projection_settings> read_settings(const caf::settings& content,
   if (auto err = in_range("redis", "port", r.port, 1, 65535, n))
     return err;
   r.port = static_cast<uint16_t>(n);
+  r.sentinels = get("redis", "sentinels", std::vector<std::string>{});
+  // Sentinels replace host/port: both set is a mistake, not a preference
+  // (which one would the operator expect to be used?).
+  if (!r.sentinels.empty())
+    for (auto* name : {"host", "port"})
+      if (caf::get_if(&content, key("redis", name)) != nullptr)
+        return bad(key("redis", "sentinels"),
+                   "set either redis.sentinels (with redis.master-name) or redis.host/redis.port, "
+                   "not both (" + key("redis", name) + " is set too)");
+  r.master_name = get("redis", "master-name", std::string{});
+  r.sentinel_username = get("redis", "sentinel-username", std::string{});
   r.username = get("redis", "username", r.username);
-  r.password = get("redis", "password", r.password);
-  if (auto file = get("redis", "password-file", std::string{}); !file.empty()) {
-    std::ifstream in{file};
-    if (!in)
-      return bad(key("redis", "password-file"), "cannot read " + file);
-    std::getline(in, r.password);
-  }
+  auto read_secret = [&](const char* name, const char* file_name,
+                         std::string& out) -> caf::error {
+    out = get("redis", name, out);
+    if (auto file = get("redis", file_name, std::string{}); !file.empty()) {
+      std::ifstream in{file};
+      if (!in)
+        return bad(key("redis", file_name), "cannot read " + file);
+      std::getline(in, out);
+    }
+    return caf::none;
+  };
+  if (auto err = read_secret("password", "password-file", r.password))
+    return err;
+  if (auto err = read_secret("sentinel-password", "sentinel-password-file", r.sentinel_password))
+    return err;
   r.tls = get("redis", "tls", false);
   r.tls_ca_file = get("redis", "tls-ca-file", std::string{});
   r.tls_cert_file = get("redis", "tls-cert-file", std::string{});

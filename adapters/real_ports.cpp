@@ -1,5 +1,9 @@
 #include "adapters/real_ports.hpp"
 
+#include <mutex>
+#include <optional>
+
+#include "core/endpoint.hpp"
 #include "kafka/admin.hpp"
 #include "redis/stores.hpp"
 
@@ -20,6 +24,12 @@ redis::settings redis_config_of(const projection_settings& s) {
   redis::settings r;
   r.host = s.redis.host;
   r.port = s.redis.port;
+  for (auto& text : s.redis.sentinels)
+    if (auto hp = core::parse_host_port(text)) // validate() refused any other
+      r.sentinels.push_back(redis::address{hp->host, hp->port});
+  r.master_name = s.redis.master_name;
+  r.sentinel_username = s.redis.sentinel_username;
+  r.sentinel_password = s.redis.sentinel_password;
   r.username = s.redis.username;
   r.password = s.redis.password;
   r.tls = s.redis.tls;
@@ -39,10 +49,13 @@ namespace {
 class real_ports final : public port_factory {
 public:
   real_ports(const projection_settings& s, real_ports_options opts)
-    : kafka_(kafka_config_of(s)), redis_(redis_config_of(s)), io_(opts.io) {
+    : kafka_(kafka_config_of(s)), redis_(redis_config_of(s)), io_(opts.io), logs_(opts.logs) {
     kafka_.client.logs = opts.logs;
     kafka_.client.keepalive = opts.io;
     redis_.keepalive = opts.io;
+    // With Sentinels: the session stores follow the primary the last
+    // checkpoint store found (redis::primary_pin).
+    redis_.pin = std::make_shared<redis::primary_pin>();
     // Every client-level Kafka error is counted (stats may be absent), and
     // still reaches a callback the host set itself.
     kafka_.on_client_error = [stats = std::move(opts.stats),
@@ -65,6 +78,14 @@ public:
     auto s = redis::redis_checkpoint_store::open(redis_);
     if (!s)
       return s.error();
+    // With Sentinels: say where the primary is whenever that changes.
+    std::lock_guard<std::mutex> guard{announce_mtx_}; // verifiers of two generations may overlap
+    if (auto at = redis_.pin ? redis_.pin->get() : std::nullopt;
+        at && logs_ && (!announced_ || announced_->to_string() != at->to_string())) {
+      logs_->info("redis: the Sentinels name {} as the primary of '{}' (ROLE master)",
+                  at->to_string(), redis_.master_name);
+      announced_ = at;
+    }
     return std::unique_ptr<checkpoint_store>{std::move(*s)};
   }
 
@@ -86,6 +107,9 @@ private:
   kafka::dispatch_log_consumer_config kafka_;
   redis::settings redis_;
   std::shared_ptr<void> io_;
+  log_ptr logs_;
+  std::mutex announce_mtx_;
+  std::optional<redis::address> announced_; ///< the primary last logged
 };
 
 } // namespace

@@ -2,6 +2,7 @@
 // adapters built from one settings struct, the projection's own log, its I/O
 // token, and the check that no two live projections of this process merge
 // their tenants' session sets.
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -66,15 +67,26 @@ caf::expected<projection_actor> spawn_projection(caf::actor_system& sys,
                                                  spawn_options opts) {
   if (auto err = settings.validate())
     return err;
-  prefix_claims::key k{settings.redis.host, settings.redis.port, settings.convs_prefix};
+  // The Redis the prefix is written on: host:port, or the primary a set of
+  // Sentinels names.
+  auto& rs = settings.redis;
+  std::string redis_at = rs.host + ":" + std::to_string(rs.port);
+  if (!rs.sentinels.empty()) {
+    auto sentinels = rs.sentinels;
+    std::sort(sentinels.begin(), sentinels.end());
+    redis_at = "primary '" + rs.master_name + "' of Sentinels";
+    for (auto& s : sentinels)
+      redis_at += " " + s;
+  }
+  prefix_claims::key k{redis_at, 0, settings.convs_prefix};
   if (settings.allow_shared_convs_prefix) {
     claims().force(k, settings.ns);
   } else if (auto other = claims().claim(k, settings.ns); !other.empty()) {
     return caf::make_error(
       ec::invalid_config,
-      "projection.convs-prefix: \"" + settings.convs_prefix + "\" on " + settings.redis.host + ":"
-        + std::to_string(settings.redis.port) + " is already written by the projection of namespace "
-        + other + " in this process; namespace " + settings.ns
+      "projection.convs-prefix: \"" + settings.convs_prefix + "\" on " + redis_at
+        + " is already written by the projection of namespace " + other
+        + " in this process; namespace " + settings.ns
         + " would merge its users' session sets with it (give each tenant its own convs-prefix, "
           "or set projection.allow-shared-convs-prefix)");
   }

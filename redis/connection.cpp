@@ -111,8 +111,8 @@ bool timed_out(const redisContext* ctx) {
 
 } // namespace
 
-connection::connection(settings cfg, redisContext* ctx, void* ssl)
-  : cfg_(std::move(cfg)), ctx_(ctx), ssl_(ssl), fd_(ctx->fd) {}
+connection::connection(settings cfg, std::string where, redisContext* ctx, void* ssl)
+  : cfg_(std::move(cfg)), where_(std::move(where)), ctx_(ctx), ssl_(ssl), fd_(ctx->fd) {}
 
 connection::~connection() {
   if (ctx_ != nullptr)
@@ -121,9 +121,7 @@ connection::~connection() {
     redisFreeSSLContext(static_cast<redisSSLContext*>(ssl_));
 }
 
-std::string connection::where() const {
-  return "redis " + cfg_.host + ":" + std::to_string(cfg_.port);
-}
+std::string connection::where() const { return where_; }
 
 void connection::interrupt() {
   // The flag first: a call that wakes up from the shutdown reports
@@ -150,8 +148,19 @@ caf::error connection::io_error(const std::string& what) const {
   return caf::make_error(ec::redis_unavailable, where() + ": " + what + ": " + detail);
 }
 
-caf::expected<std::unique_ptr<connection>> connection::open(const settings& cfg) {
-  auto where = "redis " + cfg.host + ":" + std::to_string(cfg.port);
+caf::expected<std::unique_ptr<connection>>
+connection::connect(const settings& cfg, const address& at, peer kind) {
+  std::string where;
+  switch (kind) {
+    case peer::server: where = "redis " + at.to_string(); break;
+    case peer::primary:
+      where = "redis " + at.to_string() + " (primary of '" + cfg.master_name + "')";
+      break;
+    case peer::sentinel: where = "sentinel " + at.to_string(); break;
+  }
+  bool sentinel = kind == peer::sentinel;
+  const auto& username = sentinel ? cfg.sentinel_username : cfg.username;
+  const auto& password = sentinel ? cfg.sentinel_password : cfg.password;
   // The TLS context first: files that cannot be loaded are a configuration
   // error whether or not the server is up.
   redisSSLContext* ssl = nullptr;
@@ -171,7 +180,7 @@ caf::expected<std::unique_ptr<connection>> connection::open(const settings& cfg)
       redisFreeSSLContext(ssl);
   };
   redisOptions opts{};
-  REDIS_OPTIONS_SET_TCP(&opts, cfg.host.c_str(), static_cast<int>(cfg.port));
+  REDIS_OPTIONS_SET_TCP(&opts, at.host.c_str(), static_cast<int>(at.port));
   auto ct = to_timeval(cfg.connect_timeout_ms);
   auto cmdt = to_timeval(cfg.command_timeout_ms);
   opts.connect_timeout = &ct;
@@ -211,12 +220,15 @@ caf::expected<std::unique_ptr<connection>> connection::open(const settings& cfg)
                                  "redis.tls-cert-file/redis.tls-key-file)");
     return caf::make_error(ec::redis_unavailable, where + ": TLS handshake: " + err);
   }
-  std::unique_ptr<connection> conn{new connection(cfg, ctx, ssl)};
-  if (!cfg.password.empty()) {
+  settings mine = cfg;
+  mine.host = at.host;
+  mine.port = at.port;
+  std::unique_ptr<connection> conn{new connection(std::move(mine), where, ctx, ssl)};
+  if (!password.empty()) {
     std::vector<std::string> argv{"AUTH"};
-    if (!cfg.username.empty())
-      argv.push_back(cfg.username);
-    argv.push_back(cfg.password);
+    if (!username.empty())
+      argv.push_back(username);
+    argv.push_back(password);
     auto r = conn->command(argv);
     if (!r) {
       // Never echo the password; name the user.  The server refusing the
@@ -226,10 +238,103 @@ caf::expected<std::unique_ptr<connection>> connection::open(const settings& cfg)
                     ? ec::redis_unavailable
                     : ec::invalid_config;
       return caf::make_error(code, where + ": AUTH failed for user '"
-                                     + (cfg.username.empty() ? "default" : cfg.username)
-                                     + "': " + describe(r.error()));
+                                     + (username.empty() ? "default" : username) + "'"
+                                     + (sentinel ? " (redis.sentinel-username / "
+                                                   "redis.sentinel-password-file)"
+                                                 : "")
+                                     + ": " + describe(r.error()));
     }
   }
+  return conn;
+}
+
+caf::expected<address> connection::ask_sentinels(const settings& cfg) {
+  // Every Sentinel in order; the first that names the primary wins.  The
+  // error lists each one's failure; it is final (invalid_config) only if
+  // every Sentinel answered and refused (unknown name, credentials, ACL), so
+  // an unreachable one that might know better keeps it transient.
+  std::string failures;
+  bool all_final = true;
+  auto note = [&](const address& s, const std::string& why, bool final) {
+    failures += (failures.empty() ? "" : "; ") + s.to_string() + ": " + why;
+    all_final = all_final && final;
+  };
+  auto is_final = [](const caf::error& e) {
+    return e.code() == static_cast<uint8_t>(ec::invalid_config);
+  };
+  for (auto& s : cfg.sentinels) {
+    auto c = connect(cfg, s, peer::sentinel);
+    if (!c) {
+      note(s, describe(c.error()), is_final(c.error()));
+      continue;
+    }
+    auto r = (*c)->command({"SENTINEL", "GET-MASTER-ADDR-BY-NAME", cfg.master_name});
+    if (!r) {
+      note(s, describe(r.error()), is_final(r.error()));
+      continue;
+    }
+    auto* rep = r->get();
+    if (rep->type == REDIS_REPLY_NIL) {
+      note(s, "does not know a master named '" + cfg.master_name + "'", true);
+      continue;
+    }
+    uint16_t port = 0;
+    if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 2
+        && rep->element[0]->type == REDIS_REPLY_STRING
+        && rep->element[1]->type == REDIS_REPLY_STRING) {
+      std::string p{rep->element[1]->str, rep->element[1]->len};
+      char* end = nullptr;
+      long v = std::strtol(p.c_str(), &end, 10);
+      if (!p.empty() && *end == '\0' && v > 0 && v <= 65535)
+        port = static_cast<uint16_t>(v);
+    }
+    if (port == 0) {
+      note(s, "unexpected reply to SENTINEL GET-MASTER-ADDR-BY-NAME", false);
+      continue;
+    }
+    return address{std::string{rep->element[0]->str, rep->element[0]->len}, port};
+  }
+  return caf::make_error(all_final ? ec::invalid_config : ec::redis_unavailable,
+                         "redis.sentinels: no Sentinel named the primary of '" + cfg.master_name
+                           + "' (redis.master-name): " + failures);
+}
+
+caf::error connection::check_primary() {
+  auto r = command({"ROLE"});
+  if (!r)
+    return r.error();
+  auto* rep = r->get();
+  if (rep->type != REDIS_REPLY_ARRAY || rep->elements == 0
+      || rep->element[0]->type != REDIS_REPLY_STRING)
+    return caf::make_error(ec::redis_reply, where() + ": unexpected reply to ROLE");
+  std::string role{rep->element[0]->str, rep->element[0]->len};
+  if (role == "master")
+    return caf::none;
+  return caf::make_error(ec::redis_unavailable,
+                         where() + ": ROLE says '" + role
+                           + "', not 'master' (a stale Sentinel answer or a failover in "
+                             "progress): nothing is written there");
+}
+
+caf::expected<std::unique_ptr<connection>> connection::open(const settings& cfg, resolve how) {
+  if (cfg.sentinels.empty())
+    return connect(cfg, address{cfg.host, cfg.port}, peer::server);
+  std::optional<address> at;
+  if (how == resolve::pinned && cfg.pin)
+    at = cfg.pin->get();
+  if (!at) {
+    auto found = ask_sentinels(cfg);
+    if (!found)
+      return found.error();
+    at = std::move(*found);
+  }
+  auto conn = connect(cfg, *at, peer::primary);
+  if (!conn)
+    return conn.error();
+  if (auto err = (*conn)->check_primary())
+    return err;
+  if (cfg.pin && (how == resolve::fresh || !cfg.pin->get()))
+    cfg.pin->set(*at);
   return conn;
 }
 
@@ -288,8 +393,17 @@ caf::expected<reply_ptr> classify(const std::string& where, std::string_view wha
     if (text.rfind("NOAUTH", 0) == 0)
       return caf::make_error(ec::invalid_config,
                              where + ": the server requires authentication and no password is "
-                                     "configured (set redis.username / redis.password-file): "
-                               + std::string{text});
+                                     "configured (set "
+                               + (where.rfind("sentinel ", 0) == 0
+                                    ? "redis.sentinel-username / redis.sentinel-password-file"
+                                    : "redis.username / redis.password-file")
+                               + "): " + std::string{text});
+    // A replica refusing a write, or one that lost its primary: after a
+    // failover (transient: the restart resolves the new primary).
+    if (text.rfind("READONLY", 0) == 0 || text.rfind("MASTERDOWN", 0) == 0)
+      return caf::make_error(ec::redis_reply,
+                             where + ": " + std::string{text}
+                               + " (the server is not the primary now: a failover?)");
     return caf::make_error(ec::redis_reply, where + ": " + std::string{text});
   }
   return r;

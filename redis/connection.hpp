@@ -6,11 +6,24 @@
 // - ec::invalid_config: AUTH refused, an ACL that denies a command or key
 //   (NOPERM), TLS files that cannot be loaded, a certificate that does not
 //   verify (final: an operator must act);
-// - ec::redis_reply: any other error reply.
+// - ec::redis_reply: any other error reply (READONLY and MASTERDOWN among
+//   them: the server is, or follows, a replica now).
+//
+// With Sentinels (settings::sentinels non-empty) open() asks them in order for
+// the primary of settings::master_name (SENTINEL GET-MASTER-ADDR-BY-NAME; the
+// first that answers wins), connects there and checks that ROLE says
+// `master` before the connection is handed out.  A Sentinel that cannot be
+// reached or does not know the name is skipped; if none answers, the error
+// names every Sentinel and why (ec::invalid_config if every one of them
+// answered and refused: unknown name, credentials, ACL; ec::redis_unavailable
+// otherwise).  A ROLE other than master is ec::redis_unavailable (a stale
+// answer or a failover in progress): nothing is written there.
 #pragma once
 
 #include <atomic>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,9 +33,44 @@
 
 namespace qsp::redis {
 
+/// A host and port (a Sentinel, or the primary a Sentinel named).
+struct address {
+  std::string host;
+  uint16_t port = 0;
+  std::string to_string() const { return host + ":" + std::to_string(port); }
+};
+
+/// The primary found by the last resolving open(), shared by the copies of
+/// one settings (one port factory): connections opened with
+/// resolve::pinned go to the same server, so the session sets and the
+/// checkpoints of one generation are never written to two primaries (see
+/// connection::open).
+class primary_pin {
+public:
+  std::optional<address> get() const {
+    std::lock_guard<std::mutex> guard{mtx_};
+    return at_;
+  }
+  void set(address a) {
+    std::lock_guard<std::mutex> guard{mtx_};
+    at_ = std::move(a);
+  }
+
+private:
+  mutable std::mutex mtx_;
+  std::optional<address> at_;
+};
+
 struct settings {
-  std::string host = "127.0.0.1";
-  uint16_t port = 6379;
+  std::string host = "127.0.0.1";  ///< unused with sentinels
+  uint16_t port = 6379;            ///< unused with sentinels
+  /// Non-empty: ask these Sentinels, in order, for the primary of master_name.
+  std::vector<address> sentinels;
+  std::string master_name;
+  std::string sentinel_username;  ///< empty: the default user
+  std::string sentinel_password;  ///< empty: no AUTH to the Sentinels
+  /// Set by the port factory: see primary_pin.
+  std::shared_ptr<primary_pin> pin;
   std::string username;  ///< empty: the default user
   std::string password;  ///< empty: no AUTH
   bool tls = false;
@@ -45,7 +93,15 @@ using reply_ptr = std::unique_ptr<redisReply, reply_deleter>;
 
 class connection {
 public:
-  static caf::expected<std::unique_ptr<connection>> open(const settings& cfg);
+  /// With Sentinels: `fresh` asks them for the primary and records it in
+  /// cfg.pin; `pinned` connects to the primary cfg.pin holds (asking the
+  /// Sentinels only if it holds none yet), so that a failover between the
+  /// two opens makes the second one fail (ROLE or connect) instead of
+  /// writing to another server.  Without Sentinels both connect to host:port.
+  enum class resolve { fresh, pinned };
+
+  static caf::expected<std::unique_ptr<connection>> open(const settings& cfg,
+                                                         resolve how = resolve::fresh);
   ~connection();
 
   /// One command, one reply; an error reply becomes ec::redis_reply (a NOPERM
@@ -77,11 +133,21 @@ public:
   std::string where() const;
 
 private:
-  connection(settings cfg, redisContext* ctx, void* ssl);
+  enum class peer { server, primary, sentinel };
+  /// One connection to `at`: TCP or TLS, AUTH with the credentials `kind` uses.
+  static caf::expected<std::unique_ptr<connection>> connect(const settings& cfg,
+                                                            const address& at, peer kind);
+  /// The Sentinels' answer: the primary's address, or an error naming each.
+  static caf::expected<address> ask_sentinels(const settings& cfg);
+  /// ROLE says master, or ec::redis_unavailable naming what it says.
+  caf::error check_primary();
+
+  connection(settings cfg, std::string where, redisContext* ctx, void* ssl);
   caf::error io_error(const std::string& what) const;
   caf::error interrupted_error() const;
 
   settings cfg_;
+  std::string where_;
   redisContext* ctx_;
   void* ssl_;  ///< redisSSLContext*, opaque here
   int fd_;     ///< the socket, fixed for the connection's life (for interrupt)

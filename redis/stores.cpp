@@ -322,7 +322,8 @@ caf::expected<void> redis_checkpoint_store::write_checkpoint(const core::identit
 
 caf::expected<std::unique_ptr<redis_session_store>>
 redis_session_store::open(const settings& cfg) {
-  auto conn = connection::open(cfg);
+  // The primary the checkpoint store found: never a second one (Sentinel).
+  auto conn = connection::open(cfg, connection::resolve::pinned);
   if (!conn)
     return conn.error();
   return std::unique_ptr<redis_session_store>{new redis_session_store(std::move(*conn))};

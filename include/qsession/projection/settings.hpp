@@ -27,13 +27,24 @@ struct kafka_settings {
   std::chrono::milliseconds timeout{10000};  ///< kafka.timeout-ms: admin/metadata requests
 };
 
-/// The Redis server holding checkpoints and session sets.
+/// The Redis server holding checkpoints and session sets: host:port, or the
+/// primary that Redis Sentinels name.
 struct redis_settings {
-  std::string host = "127.0.0.1";  ///< redis.host
-  uint16_t port = 6379;            ///< redis.port
+  std::string host = "127.0.0.1";  ///< redis.host (unused with sentinels)
+  uint16_t port = 6379;            ///< redis.port (unused with sentinels)
+  /// redis.sentinels: ["host:port", ...].  Non-empty: every connection asks
+  /// them, in order, for the primary of master_name and checks ROLE there;
+  /// host and port are not used (the option reader refuses both set).
+  std::vector<std::string> sentinels;
+  std::string master_name;        ///< redis.master-name (required with sentinels)
+  std::string sentinel_username;  ///< redis.sentinel-username (empty: the default user)
+  /// redis.sentinel-password / redis.sentinel-password-file; never logged.
+  std::string sentinel_password;
   std::string username;            ///< redis.username (empty: the default user)
   std::string password;            ///< redis.password / redis.password-file; never logged
-  bool tls = false;                ///< redis.tls
+  /// redis.tls: TLS to Redis, and to the Sentinels too (same CA, client
+  /// certificate and server name).
+  bool tls = false;
   std::string tls_ca_file;
   std::string tls_cert_file;
   std::string tls_key_file;
