@@ -251,7 +251,11 @@ TEST_P(EmbedHost, TheHostsOwnActorAnswersWhileTheProjectionsCannotReachRedis) {
   ASSERT_EQ(pings.size(), 1u) << r.out;
   std::printf("%s\n", pings[0].c_str());
   EXPECT_EQ(field(pings[0], "pings"), "200");
-  EXPECT_LT(std::stol(field(pings[0], "max_us")), 10000) << pings[0];
+  // A host actor sharing a scheduler thread with a blocked Redis call would
+  // wait for tenant A's whole 5-s command timeout; scheduler noise on a busy
+  // box is milliseconds (a 10-ms bound failed once under load).  The bound
+  // tells the two apart without timing the machine.
+  EXPECT_LT(std::stol(field(pings[0], "max_us")), 1000000) << pings[0];
   // Neither projection claims readiness meanwhile.
   auto states = lines_with(r.out, "state ");
   ASSERT_EQ(states.size(), 2u) << r.out;

@@ -183,8 +183,9 @@ void expect_bar(const std::string& raw, const std::string& label, const std::str
   // A log line erases the bar before it is written: it starts a line.
   for (auto& l : lines) {
     auto ts = l.find("[20"); // spdlog's timestamp
-    if (ts != std::string::npos)
+    if (ts != std::string::npos) {
       EXPECT_EQ(ts, 0u) << "a log line glued to a bar: " << l;
+    }
   }
 }
 
