@@ -258,7 +258,10 @@ validation validate_stored(const stored_state& stored, const identity& observed)
 epoch_validation validate_epochs(const stored_state& stored,
                                  const std::map<int32_t, int64_t>& next_offsets) {
   epoch_validation out;
-  for (const auto& [partition, hash] : stored.epochs) {
+  for (const auto& entry : stored.epochs) {
+    // Not a structured binding: clang 14 (the fuzz build) cannot capture one.
+    const int32_t partition = entry.first;
+    const hash_fields& hash = entry.second;
     auto field = [&](std::string_view name) -> std::string {
       auto i = hash.find(std::string(name));
       return i == hash.end() ? std::string(absent) : i->second;
