@@ -442,3 +442,313 @@ TEST_F(unclean, RefilledPastTheCheckpointTheRestartRefusesByLeaderEpoch) {
   EXPECT_EQ(qsp::test::redis_cmd(*c, {"ZSCORE", convs + "refill-u0", "refill-0"}), "")
     << "refill-0 reuses offset " << t.new_high << ", below the checkpoint: it is skipped";
 }
+
+namespace {
+
+/// A string field of a flat JSON object, "" if absent (enough for /readyz's state).
+std::string json_field(const std::string& body, const std::string& key) {
+  auto at = body.find("\"" + key + "\":\"");
+  if (at == std::string::npos)
+    return {};
+  at += key.size() + 4;
+  return body.substr(at, body.find('"', at) - at);
+}
+
+/// The dispatch number of a first-history record (make_dispatch's created_at).
+uint64_t id_of(const qsp::core::dispatch& d) {
+  return static_cast<uint64_t>(d.created_at - 1733140000000);
+}
+
+struct under_load : failover {
+  static constexpr int users = 50;
+
+  /// One sample taken during the run: the checkpoints, then every user's
+  /// sorted set (read after them, so it holds at least what was there when
+  /// the checkpoints were read).
+  struct sample {
+    std::map<int, int64_t> cps;
+    std::map<std::string, std::map<std::string, int64_t>> zsets;
+  };
+
+  /// Transactions of a live transactional producer and what became of them.
+  struct load {
+    std::mutex mu;
+    std::set<uint64_t> committed, aborted, ambiguous;
+    std::atomic<int> commits{0}, failures{0};
+    std::atomic<bool> stop{false};
+    std::vector<std::string> errors; // the first few, for the report
+  };
+
+  void produce_transactions(load& l, uint64_t txn_seed) {
+    std::mt19937_64 r{txn_seed};
+    auto make = [&]() -> std::optional<qsp::kafka::producer> {
+      for (int attempt = 0; attempt < 5 && !l.stop; ++attempt) {
+        auto p = qsp::kafka::producer::make(cfg, topic + "-tx");
+        if (p)
+          return std::move(*p);
+        std::lock_guard<std::mutex> g{l.mu};
+        if (l.errors.size() < 10)
+          l.errors.push_back("init: " + describe(p.error()));
+      }
+      return std::nullopt;
+    };
+    auto p = make();
+    if (!p) {
+      ADD_FAILURE() << "no transactional producer";
+      return;
+    }
+    uint64_t next = 0;
+    while (!l.stop) {
+      int n = std::uniform_int_distribution<int>{10, 60}(r);
+      std::vector<uint64_t> ids;
+      std::string failed;
+      if (auto ok = p->begin(); !ok)
+        failed = "begin: " + describe(ok.error());
+      for (int k = 0; k < n && failed.empty(); ++k) {
+        uint64_t i = next++;
+        ids.push_back(i);
+        if (auto ok = p->send(topic, static_cast<int32_t>(i % 2),
+                              qsp::core::encode_json(first_history(i)));
+            !ok)
+          failed = "send: " + describe(ok.error());
+      }
+      if (failed.empty())
+        if (auto ok = p->flush(); !ok)
+          failed = "flush: " + describe(ok.error());
+      if (failed.empty())
+        if (auto ok = p->commit(); !ok)
+          failed = "commit: " + describe(ok.error());
+      std::lock_guard<std::mutex> g{l.mu};
+      if (failed.empty()) {
+        l.committed.insert(ids.begin(), ids.end());
+        ++l.commits;
+        continue;
+      }
+      ++l.failures;
+      if (l.errors.size() < 10)
+        l.errors.push_back(failed);
+      if (p->abort()) {
+        l.aborted.insert(ids.begin(), ids.end());
+      } else {
+        // Outcome unknown (a commit may have reached the coordinator): a new
+        // producer on the same id fences this one and completes or aborts it.
+        l.ambiguous.insert(ids.begin(), ids.end());
+        p.reset();
+        p = make();
+        if (!p) {
+          ADD_FAILURE() << "no transactional producer after a failure";
+          return;
+        }
+      }
+    }
+  }
+
+  /// kill -9 (hard) or stop-broker (controlled shutdown) of partition 0's
+  /// leader under a live transactional producer while `run` consumes.
+  void leader_fails_under_load(bool hard) {
+    create_topic(2, 3, {});
+    std::string why;
+    auto p0 = part(0, &why);
+    ASSERT_TRUE(p0) << why;
+    const int victim = p0->leader;
+
+    auto logf = "/tmp/" + qsp::test::unique_name(hard ? "kill-leader" : "stop-leader") + ".log";
+    qsp::test::node_process node{run_args(), logf};
+    ASSERT_TRUE(qsp::test::readyz_reaches(http_port, 200, 60s)) << slurp(logf);
+
+    load l;
+    std::thread producer{[&] { produce_transactions(l, rng()); }};
+    struct joiner {
+      load& l;
+      std::thread& t;
+      ~joiner() {
+        l.stop = true;
+        if (t.joinable())
+          t.join();
+      }
+    } join_producer{l, producer};
+
+    // The sampler: /readyz transitions and checkpoints with the data, every 100 ms.
+    std::vector<sample> samples;
+    std::vector<std::pair<double, std::string>> readyz; // seconds since the start, answer
+    std::atomic<bool> sampling{true};
+    auto t_start = std::chrono::steady_clock::now();
+    double t_fault = 0; // seconds since the start; set before the fault, read after the join
+    std::thread sampler{[&] {
+      auto c = redis();
+      int last = -1;
+      while (sampling && samples.size() < 3000) {
+        auto reply = qsp::test::http_get(http_port, "/readyz", 2s);
+        if (reply.status != last) {
+          last = reply.status;
+          readyz.emplace_back(secs_since(t_start), std::to_string(reply.status) + " "
+                                                     + json_field(reply.body, "state") + " "
+                                                     + json_field(reply.body, "last_error"));
+        }
+        sample s;
+        for (int p = 0; p < partitions; ++p)
+          s.cps[p] = checkpoint(*c, p);
+        for (int u = 0; u < users; ++u)
+          s.zsets["u" + std::to_string(u)] = qsp::test::zset(*c, convs + "u" + std::to_string(u));
+        samples.push_back(std::move(s));
+        std::this_thread::sleep_for(100ms); // the sampling rate, not a synchronisation
+      }
+    }};
+    struct stopper {
+      std::atomic<bool>& flag;
+      std::thread& t;
+      ~stopper() {
+        flag = false;
+        if (t.joinable())
+          t.join();
+      }
+    } stop_sampler{sampling, sampler};
+
+    auto c = redis();
+    ASSERT_TRUE(eventually([&] { return l.commits >= 5 && checkpoint(*c, 0) > 0; }, 60s))
+      << "no load before the fault: " << l.commits << " commits\n" << slurp(logf);
+
+    broker_guard guard{victim};
+    t_fault = secs_since(t_start);
+    ASSERT_EQ(hard ? guard.kill() : guard.stop(), 0) << (hard ? "kill-broker " : "stop-broker ")
+                                                     << victim;
+    auto t0 = std::chrono::steady_clock::now();
+    int at_fault = l.commits;
+    ASSERT_TRUE(eventually([&] {
+      auto p = part(0, &why);
+      return p && p->leader > 0 && p->leader != victim;
+    }, 30s)) << "no new leader for partition 0: " << why;
+    double moved = secs_since(t0);
+    ASSERT_TRUE(eventually([&] { return l.commits >= at_fault + 5; }, 90s))
+      << "the producer committed " << (l.commits - at_fault) << " transactions after the fault";
+    double committing = secs_since(t0);
+    auto cp_at = checkpoint(*c, 0);
+    ASSERT_TRUE(eventually([&] { return checkpoint(*c, 0) > cp_at; }, 90s))
+      << "the node's checkpoint of partition 0 stays at " << cp_at << " after the fault\n"
+      << slurp(logf);
+    double projecting = secs_since(t0);
+    EXPECT_FALSE(node.wait_for(0ms).has_value()) << "the node exited during the fault\n"
+                                                 << slurp(logf);
+
+    ASSERT_EQ(guard.start(), 0) << "start-broker " << victim;
+    for (int p = 0; p < partitions; ++p)
+      EXPECT_TRUE(eventually([&] {
+        auto pi = part(p, &why);
+        return pi && pi->isr.size() == 3;
+      }, 60s)) << "broker " << victim << " did not rejoin the ISR of partition " << p << ": "
+               << why;
+    int at_restart = l.commits;
+    ASSERT_TRUE(eventually([&] { return l.commits >= at_restart + 3; }, 60s));
+    l.stop = true;
+    producer.join();
+
+    // The node catches up to the end of the committed log and stays up.
+    std::vector<int64_t> lso(partitions, -1);
+    ASSERT_TRUE(eventually([&] {
+      auto a = qsp::kafka::admin::make(cfg);
+      auto st = a ? (*a)->inspect(topic) : caf::expected<qsp::broker_state>{caf::error{}};
+      if (!st)
+        return false;
+      for (int p = 0; p < partitions; ++p)
+        lso[p] = st->marks[p].high;
+      for (int p = 0; p < partitions; ++p)
+        if (checkpoint(*c, p) != lso[p])
+          return false;
+      return true;
+    }, 120s)) << "the node did not catch up: checkpoints " << checkpoint(*c, 0) << ","
+              << checkpoint(*c, 1) << " end " << lso[0] << "," << lso[1] << "\n" << slurp(logf);
+    sampling = false;
+    sampler.join();
+    auto log = slurp(logf);
+    // (librdkafka's "Connection refused" lines are no refusal of the node's.)
+    EXPECT_EQ(log.find("-> refused"), std::string::npos) << log;
+    EXPECT_EQ(log.find("] refused: "), std::string::npos) << log;
+    EXPECT_EQ(node.stop(), 0) << slurp(logf);
+
+    // The committed log, as a read_committed consumer reads it back.
+    std::map<int, std::vector<std::pair<int64_t, qsp::core::dispatch>>> records;
+    std::map<uint64_t, int> seen;
+    qsp::core::json_decoder dec;
+    for (int p = 0; p < partitions; ++p) {
+      auto recs = qsp::test::read_committed_log(cfg, topic, p, 60s, &why);
+      ASSERT_TRUE(recs) << why;
+      for (auto& [off, value] : *recs) {
+        qsp::core::dispatch d;
+        std::string err;
+        ASSERT_TRUE(dec.decode(value, d, err)) << err;
+        ++seen[id_of(d)];
+        records[p].emplace_back(off, d);
+      }
+    }
+    {
+      std::lock_guard<std::mutex> g{l.mu};
+      for (auto id : l.committed)
+        EXPECT_EQ(seen.count(id), 1u) << "committed record " << id << " is not on the log";
+      for (auto id : l.aborted)
+        EXPECT_EQ(seen.count(id), 0u) << "aborted record " << id << " is on the log";
+      for (auto& [id, n] : seen) {
+        EXPECT_EQ(n, 1) << "record " << id << " is on the log " << n << " times";
+        EXPECT_TRUE(l.committed.count(id) == 1 || l.ambiguous.count(id) == 1)
+          << "record " << id << " was never sent in a committed transaction";
+      }
+    }
+
+    // Redis equals the model of the committed log.
+    qsp::test::model m;
+    for (auto& [p, recs] : records)
+      for (auto& [off, d] : recs)
+        qsp::test::apply(m, d);
+    size_t differences = 0;
+    for (int u = 0; u < users; ++u) {
+      auto user = "u" + std::to_string(u);
+      auto got = qsp::test::zset(*c, convs + user);
+      if (got != m[user]) {
+        ++differences;
+        ADD_FAILURE() << user << ": Redis has " << got.size() << " conversations, the model "
+                      << m[user].size();
+      }
+    }
+    EXPECT_EQ(differences, 0u);
+
+    // No sampled checkpoint was ahead of its data.
+    size_t overshoots = 0, checked = 0;
+    for (auto& s : samples)
+      for (auto& [p, cp] : s.cps)
+        for (auto& [off, d] : records[p]) {
+          if (off >= cp)
+            break;
+          for (auto& u : d.recipients) {
+            ++checked;
+            auto& z = s.zsets[u];
+            auto it = z.find(d.conversation_id);
+            if (it == z.end() || it->second < d.created_at)
+              ++overshoots;
+          }
+        }
+    EXPECT_EQ(overshoots, 0u) << "entries missing below a sampled checkpoint";
+
+    auto audit = qsp::test::run_cli(args("audit"));
+    EXPECT_EQ(audit.rc, 0) << audit.out << audit.err;
+    EXPECT_NE(audit.out.find("verdict: consistent"), std::string::npos) << audit.out;
+
+    std::lock_guard<std::mutex> g{l.mu};
+    std::printf("%s of broker %d (partition 0's leader): new leader after %.1f s, 5 commits "
+                "after %.1f s, the node's checkpoint moved after %.1f s; transactions: %d "
+                "committed, %d failed (%zu records aborted, %zu ambiguous); %zu records on the "
+                "log; %zu samples, %zu entries checked below sampled checkpoints, %zu overshoots\n",
+                hard ? "kill -9" : "controlled shutdown", victim, moved, committing, projecting,
+                l.commits.load(), l.failures.load(), l.aborted.size(), l.ambiguous.size(),
+                seen.size(), samples.size(), checked, overshoots);
+    for (auto& e : l.errors)
+      std::printf("  producer error: %s\n", e.c_str());
+    std::printf("/readyz transitions (seconds relative to the fault):\n");
+    for (auto& [at, r] : readyz)
+      std::printf("  %+6.1f s  %s\n", at - t_fault, r.c_str());
+  }
+};
+
+} // namespace
+
+TEST_F(under_load, LeaderKilledTheNodeOnlyLags) { leader_fails_under_load(true); }
+
+TEST_F(under_load, LeaderControlledShutdownTheNodeOnlyLags) { leader_fails_under_load(false); }
