@@ -410,8 +410,10 @@ TEST_F(unclean, RefilledPastTheCheckpointTheRestartRefusesByLeaderEpoch) {
   EXPECT_EQ(r.rc, 3) << r.err;
   EXPECT_NE(r.err.find("partition 0: field leader_epoch"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("truncat"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find(std::to_string(t.checkpoint)), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find(std::to_string(t.new_high)), std::string::npos)
+  // librdkafka's text: "... at offset N (leader epoch E): broker end offset is X ..."
+  EXPECT_NE(r.err.find("offset " + std::to_string(t.checkpoint) + " (leader epoch " + t.epoch + ")"),
+            std::string::npos) << "the stored offset and epoch: " << r.err;
+  EXPECT_NE(r.err.find("end offset is " + std::to_string(t.new_high)), std::string::npos)
     << "the broker's end offset for the stored epoch: " << r.err;
   auto c = redis();
   EXPECT_EQ(checkpoint(*c, 0), t.checkpoint) << "the checkpoint moved past a truncation";
