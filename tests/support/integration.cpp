@@ -220,6 +220,81 @@ rk_ptr plain_handle(const kafka::client_settings& cfg, std::string& why) {
 
 } // namespace
 
+int kafka_broker_pid(const services& s, int id) {
+  std::ifstream in{s.env_file};
+  std::string line, value;
+  while (std::getline(in, line))
+    if (line.rfind("export KAFKA_PIDS=", 0) == 0)
+      value = line.substr(18); // the last one counts, like the shell's
+  std::map<int, std::string> pids;
+  if (!parse_id_list(value, pids))
+    return -1;
+  auto it = pids.find(id);
+  if (it == pids.end() || it->second.empty()
+      || it->second.find_first_not_of("0123456789") != std::string::npos)
+    return -1;
+  return std::stoi(it->second);
+}
+
+std::optional<std::vector<std::pair<int64_t, std::string>>>
+read_committed_log(const kafka::client_settings& cfg, const std::string& topic,
+                   int32_t partition, std::chrono::milliseconds limit, std::string* why) {
+  auto fail = [&](std::string text) -> std::optional<std::vector<std::pair<int64_t, std::string>>> {
+    if (why != nullptr)
+      *why = std::move(text);
+    return std::nullopt;
+  };
+  char err[512];
+  rd_kafka_conf_t* conf = rd_kafka_conf_new();
+  std::vector<std::pair<std::string, std::string>> props{
+    {"bootstrap.servers", cfg.bootstrap_servers}, {"client.id", cfg.client_id},
+    {"group.id", unique_name("qsp-test-reader")}, {"enable.auto.commit", "false"},
+    {"isolation.level", "read_committed"}, {"enable.partition.eof", "true"},
+    {"auto.offset.reset", "error"}};
+  props.insert(props.end(), cfg.properties.begin(), cfg.properties.end());
+  for (auto& [k, v] : props)
+    if (rd_kafka_conf_set(conf, k.c_str(), v.c_str(), err, sizeof(err)) != RD_KAFKA_CONF_OK) {
+      rd_kafka_conf_destroy(conf);
+      return fail(k + ": " + err);
+    }
+  rk_ptr rk{rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err))};
+  if (!rk) {
+    rd_kafka_conf_destroy(conf);
+    return fail(std::string{"cannot create a consumer: "} + err);
+  }
+  auto* parts = rd_kafka_topic_partition_list_new(1);
+  rd_kafka_topic_partition_list_add(parts, topic.c_str(), partition)->offset
+    = RD_KAFKA_OFFSET_BEGINNING;
+  auto aerr = rd_kafka_assign(rk.get(), parts);
+  rd_kafka_topic_partition_list_destroy(parts);
+  if (aerr)
+    return fail("assign " + topic + ": " + rd_kafka_err2str(aerr));
+  std::vector<std::pair<int64_t, std::string>> out;
+  std::string failure;
+  bool eof = false;
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!eof && failure.empty() && std::chrono::steady_clock::now() < deadline) {
+    rd_kafka_message_t* m = rd_kafka_consumer_poll(rk.get(), 200);
+    if (m == nullptr)
+      continue;
+    if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF)
+      eof = true;
+    else if (m->err)
+      failure = topic + "/" + std::to_string(partition) + ": " + rd_kafka_message_errstr(m);
+    else
+      out.emplace_back(m->offset, std::string{static_cast<const char*>(m->payload), m->len});
+    rd_kafka_message_destroy(m);
+  }
+  rd_kafka_consumer_close(rk.get());
+  if (!failure.empty())
+    return fail(failure);
+  if (!eof)
+    return fail(topic + "/" + std::to_string(partition) + ": the end of the log not reached in "
+                + std::to_string(limit.count()) + " ms (" + std::to_string(out.size())
+                + " records read)");
+  return out;
+}
+
 std::optional<partition_info> describe_partition(const kafka::client_settings& cfg,
                                                  const std::string& topic, int32_t partition,
                                                  std::string* why) {

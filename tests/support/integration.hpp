@@ -72,6 +72,18 @@ std::optional<std::string> topic_config(const kafka::client_settings& cfg,
                                         const std::string& topic, const std::string& key,
                                         std::string* why = nullptr);
 
+/// The pid scripts/services recorded for Kafka node `id` of the set `s`
+/// (KAFKA_PIDS, re-read from its env file: fault commands rewrite it); -1 if
+/// the node is not running or not listed.
+int kafka_broker_pid(const services& s, int id);
+
+/// Every committed record of `topic`/`partition` (read_committed, from the
+/// log start to its end as the leader reports it) as (offset, value); nullopt
+/// (reason in `why`) on an error or if the end is not reached in `limit`.
+std::optional<std::vector<std::pair<int64_t, std::string>>>
+read_committed_log(const kafka::client_settings& cfg, const std::string& topic,
+                   int32_t partition, std::chrono::milliseconds limit, std::string* why = nullptr);
+
 /// A name unique to this process and call: prefix-<pid>-<n>.
 std::string unique_name(const std::string& prefix);
 
