@@ -162,30 +162,43 @@ void answer_flushes(writer_pointer self) {
   }
 }
 
-// Asks the identity fence for a check that starts after the newest batch in
-// `fenced` was fetched, unless a request was already sent after it arrived.
-// Requests may overlap: the fence answers them in order, and every request
-// waiting when a check starts is answered by that check, so a checkpoint
-// waits for at most the next check, not for the one after it.
+// Writes the checkpoints the fence's answer to request `k` covers and
+// reports them.
+void fence_passed(writer_pointer self, aggregator_actor aggregator, uint64_t k) {
+  auto& st = self->state;
+  st.fence_answered = std::max(st.fence_answered, k);
+  auto cps = st.checkpoint_fenced(st.fence_answered, self->clock().now());
+  if (!cps) {
+    writer_fail(self, cps.error());
+    return;
+  }
+  for (auto& cp : *cps)
+    self->send(aggregator, atom::progress_v, cp);
+  answer_flushes(self);
+}
+
+// Makes sure the newest batch in `fenced` gets a check that started after it
+// arrived: none is needed if such a check has already answered (the batch
+// waited for its replies meanwhile), none is sent if one is still
+// outstanding, else one is asked for.  Requests may overlap: the fence
+// answers them in order, and every request waiting when a check starts is
+// answered by that check, so a checkpoint waits for at most the next check,
+// not for the one after it.
 void request_fence(writer_pointer self, fence_actor fence, aggregator_actor aggregator) {
   auto& st = self->state;
-  if (st.fenced.empty() || st.fenced.back().fence_tag < st.fence_requests)
+  if (st.fenced.empty())
     return;
+  auto tag = st.fenced.back().fence_tag;
+  if (tag < st.fence_answered) {
+    fence_passed(self, aggregator, st.fence_answered);
+    return;
+  }
+  if (tag < st.fence_requests)
+    return; // a request sent after it arrived is still unanswered
   auto k = ++st.fence_requests;
   self->request(fence, caf::infinite, atom::check_v)
-    .then(
-      [=](uint64_t) {
-        auto& st = self->state;
-        auto cps = st.checkpoint_fenced(k, self->clock().now());
-        if (!cps) {
-          writer_fail(self, cps.error());
-          return;
-        }
-        for (auto& cp : *cps)
-          self->send(aggregator, atom::progress_v, cp);
-        answer_flushes(self);
-      },
-      [=](caf::error& err) { writer_fail(self, err); });
+    .then([=](uint64_t) { fence_passed(self, aggregator, k); },
+          [=](caf::error& err) { writer_fail(self, err); });
 }
 
 } // namespace

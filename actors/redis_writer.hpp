@@ -36,6 +36,9 @@ struct writer_state {
   std::chrono::milliseconds confirm_wait{2};
   /// Identity-fence requests sent so far.
   uint64_t fence_requests = 0;
+  /// The highest fence request answered so far: a batch whose tag is below
+  /// it needs no further check (that check started after it arrived).
+  uint64_t fence_answered = 0;
   std::shared_ptr<metrics> stats;
   // Scratch, reused across batches.
   struct member_ref {
