@@ -22,11 +22,13 @@ const std::vector<session_update>& writer_state::coalesce(const partition_batch&
   // precomputed hashes: no allocation once the scratch vectors are warm.
   refs.clear();
   std::hash<std::string_view> h;
-  for (auto& d : b.records) {
-    std::string_view conv = d.conversation_id;
+  auto& batch = b.records;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    std::string_view conv = batch.conversation_id(i);
     auto hc = h(conv);
-    for (auto& user : d.recipients)
-      refs.push_back(member_ref{h(user), hc, user, conv, d.created_at});
+    for (size_t j = 0; j < batch.recipient_count(i); ++j)
+      refs.push_back(member_ref{h(batch.recipient(i, j)), hc, batch.recipient(i, j), conv,
+                                batch.created_at(i)});
   }
   std::sort(refs.begin(), refs.end(), [](const member_ref& x, const member_ref& y) {
     if (x.user_hash != y.user_hash) return x.user_hash < y.user_hash;

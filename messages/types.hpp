@@ -33,7 +33,7 @@ struct partition_batch {
   int32_t partition = 0;
   int64_t begin_offset = 0;
   int64_t end_offset = 0;
-  std::vector<core::dispatch> records;
+  core::dispatch_batch records;
   uint64_t bytes = 0;
 };
 
@@ -85,6 +85,22 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, dispatch& x) {
   return f(caf::meta::type_name("qsp.dispatch"), x.conversation_id, x.created_at,
            x.recipients);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, dispatch_batch::text_ref& x) {
+  return f(caf::meta::type_name("qsp.text_ref"), x.offset, x.size);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, dispatch_batch::record& x) {
+  return f(caf::meta::type_name("qsp.dispatch_ref"), x.conversation_id, x.created_at,
+           x.first_recipient, x.recipient_count);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, dispatch_batch& x) {
+  return f(caf::meta::type_name("qsp.dispatch_batch"), x.text, x.records, x.recipients);
 }
 
 template <class Inspector>
