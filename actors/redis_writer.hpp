@@ -40,13 +40,23 @@ struct writer_state {
   /// it needs no further check (that check started after it arrived).
   uint64_t fence_answered = 0;
   std::shared_ptr<metrics> stats;
-  // Scratch, reused across batches.
-  struct member_ref {
-    uint64_t user_hash, conv_hash;
-    std::string_view user, conv;
+  // Scratch, reused across batches: the coalescing's hash tables and the
+  // updates (views into the batch) it hands to the session store.
+  struct user_slot {
+    std::string_view name;
+    uint64_t hash;
+    size_t members;  ///< distinct conversations, then the start in `members`
+  };
+  struct member_slot {
+    uint32_t user;
+    uint64_t conv_hash;
+    std::string_view conv;
     int64_t score;
   };
-  std::vector<member_ref> refs;
+  std::vector<user_slot> users;
+  std::vector<member_slot> distinct;
+  std::vector<uint64_t> user_table;    ///< open addressing: hash tag | index + 1 into users
+  std::vector<uint64_t> member_table;  ///< open addressing: hash tag | index + 1 into distinct
   std::vector<session_member> members;
   std::vector<session_update> updates;
 
