@@ -352,8 +352,14 @@ redis_writer(writer_actor::stateful_pointer<writer_state> self, projection_setti
         st.confirming = false;
         return;
       }
-      // Block briefly for replies only when no write is waiting.
-      auto wait = self->mailbox().empty() ? st.confirm_wait : std::chrono::milliseconds{0};
+      // Block briefly for replies only when no write is waiting, and for as
+      // long as they take (within full_wait) when no write can come: every
+      // consumer waits for a confirmation.  (The store wakes up once the
+      // replies can all be in, not per segment.)
+      const bool full = st.pending.size() >= st.sent.size() * cfg.max_batches_in_flight;
+      auto wait = !self->mailbox().empty() ? std::chrono::milliseconds{0}
+                  : full                   ? st.full_wait
+                                           : st.confirm_wait;
       auto polled_at = self->clock().now();
       auto done = st.confirm_oldest(wait);
       if (!done) {
@@ -382,10 +388,11 @@ redis_writer(writer_actor::stateful_pointer<writer_state> self, projection_setti
       }
       if (st.pending.empty()) {
         st.confirming = false;
-      } else if (auto spent = self->clock().now() - polled_at; !*done && spent < wait) {
+      } else if (auto spent = self->clock().now() - polled_at;
+                 !*done && spent < std::min(wait, st.confirm_wait)) {
         // The store answered "not yet" without waiting (it cannot block, as
-        // in the deterministic tests): try again once `wait` has passed.
-        self->delayed_send(self, wait - spent, atom::poll_v);
+        // in the deterministic tests): try again once confirm_wait has passed.
+        self->delayed_send(self, std::min(wait, st.confirm_wait) - spent, atom::poll_v);
       } else {
         self->send(self, atom::poll_v); // behind the writes that arrived meanwhile
       }

@@ -34,6 +34,9 @@ struct writer_state {
   bool confirming = false;
   /// How long the confirm loop blocks for replies when no write is waiting.
   std::chrono::milliseconds confirm_wait{2};
+  /// ... and when none can come either: every consumer has its maximum of
+  /// batches unconfirmed, so only these replies move anything.
+  std::chrono::milliseconds full_wait{100};
   /// Identity-fence requests sent so far.
   uint64_t fence_requests = 0;
   /// The highest fence request answered so far: a batch whose tag is below

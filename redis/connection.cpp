@@ -302,7 +302,16 @@ constexpr size_t input_capacity = 64 * 1024;
 
 } // namespace
 
+void connection::set_lowat(int bytes) {
+  if (bytes == lowat_)
+    return;
+  // Best effort: without it the waits below only wake up more often.
+  if (::setsockopt(fd_, SOL_SOCKET, SO_RCVLOWAT, &bytes, sizeof(bytes)) == 0)
+    lowat_ = bytes;
+}
+
 void connection::hand_over_input() {
+  set_lowat(1); // hiredis reads blocking: never wait for more than a reply
 
   if (in_end_ > in_begin_) {
     // Cannot fail but on an out-of-memory; hiredis then reports it on read.
@@ -411,6 +420,13 @@ caf::expected<connection::integer_replies> connection::take_integer_replies(size
   }
   // Nothing complete: read once, waiting at most timeout_ms.
   if (ssl_ == nullptr) {
+    // Each awaited reply is at least 4 bytes (":0\r\n"): wake up once they
+    // can all be in, not for every segment Redis writes (one wake-up per
+    // batch instead of dozens).  An error reply is longer, and a closed
+    // connection wakes poll(2) anyway.
+    const size_t have = in_end_ - in_begin_;
+    const size_t total = std::min(4 * max, input_capacity);
+    set_lowat(static_cast<int>(total > have ? total - have : 1));
     pollfd pfd{ctx_->fd, POLLIN, 0};
     int n = ::poll(&pfd, 1, timeout_ms);
     if (n < 0 && errno != EINTR)

@@ -99,6 +99,9 @@ private:
   void hand_over_input();
   /// Consumes complete integer replies at in_[in_begin_, in_end_).
   size_t take_buffered_integers(size_t max, bool& other);
+  /// SO_RCVLOWAT: poll(2) reports the socket readable once this many bytes
+  /// are in (1 but while take_integer_replies waits).
+  void set_lowat(int bytes);
 
   settings cfg_;
   redisContext* ctx_;
@@ -114,6 +117,7 @@ private:
   /// hiredis' reader may hold unparsed input or a partial reply: replies
   /// are read through it until it has returned a whole one and holds no more.
   bool hiredis_input_ = false;
+  int lowat_ = 1;
 };
 
 } // namespace qsp::redis
