@@ -9,31 +9,41 @@ namespace qsp {
 // -- partition consumer -------------------------------------------------------
 
 caf::expected<partition_batch> consumer_state::next_batch(const projection_settings& cfg) {
-  buf.clear();
   int64_t passed = -1;
-  if (auto ok = reader->poll(cfg.max_batch_records, buf, passed); !ok)
-    return ok.error();
   partition_batch b;
   b.partition = partition;
   b.begin_offset = sent_end;
   b.end_offset = sent_end;
-  for (auto& rec : buf) {
-    if (rec.offset < sent_end)
-      continue; // already projected (redelivery)
-    core::dispatch d;
-    std::string why;
-    if (!decoder->decode(rec.value, d, why)) {
-      // Project what precedes it; stop exactly at the poison record.
-      poison = caf::make_error(ec::undecodable, "topic " + topic + " partition "
-                                                  + std::to_string(partition) + " offset "
-                                                  + std::to_string(rec.offset) + ": " + why);
-      return b;
-    }
-    b.bytes += rec.value.size();
-    b.records.push_back(std::move(d));
-    b.end_offset = rec.offset + 1;
-    b.end_epoch = rec.leader_epoch;
-  }
+  // Sized like the previous batch: one allocation per buffer, mostly.
+  b.records.text.reserve(arena_hint.text);
+  b.records.records.reserve(arena_hint.records);
+  b.records.recipients.reserve(arena_hint.recipients);
+  std::string why;
+  auto ok = reader->poll_each(
+    cfg.max_batch_records,
+    [&](const log_record_view& rec) {
+      if (rec.offset < sent_end)
+        return true; // already projected (redelivery)
+      // Decoded straight from the reader's buffer into the batch's arena.
+      if (!decoder->decode_append(rec.value, b.records, why)) {
+        // Project what precedes it; stop exactly at the poison record.
+        poison = caf::make_error(ec::undecodable, "topic " + topic + " partition "
+                                                    + std::to_string(partition) + " offset "
+                                                    + std::to_string(rec.offset) + ": " + why);
+        return false;
+      }
+      b.bytes += rec.value.size();
+      b.end_offset = rec.offset + 1;
+      b.end_epoch = rec.leader_epoch;
+      return true;
+    },
+    passed);
+  if (!ok)
+    return ok.error();
+  if (!b.records.empty())
+    arena_hint = {b.records.text.size(), b.records.records.size(), b.records.recipients.size()};
+  if (poison)
+    return b;
   // Offsets below the EOF position were delivered or are markers/aborted.
   if (passed > b.end_offset) {
     b.end_offset = passed;

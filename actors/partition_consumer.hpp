@@ -28,7 +28,10 @@ struct consumer_state {
   bool tick_queued = false;  ///< the idle timer (atom::tick) is running
   caf::error poison;         ///< an undecodable record after the current batch
   bool stopping = false;     ///< stopping at the poison record (flush asked)
-  std::vector<log_record> buf;
+  /// Sizes of the last non-empty batch's arena, to reserve the next one's.
+  struct {
+    size_t text = 0, records = 0, recipients = 0;
+  } arena_hint;
 
   /// Reads and decodes what is there.  Returns an empty batch if nothing new.
   caf::expected<partition_batch> next_batch(const projection_settings& cfg);

@@ -1,6 +1,8 @@
 #include "actors/redis_writer.hpp"
 
 #include <algorithm>
+#include <cstring>
+#include <utility>
 
 #include "caf/event_based_actor.hpp"
 
@@ -17,38 +19,136 @@ uint64_t elapsed_ns(caf::actor_clock::time_point since, caf::actor_clock::time_p
 
 // -- redis writer -------------------------------------------------------------
 
+namespace {
+
+uint64_t load_bytes(const char* p, size_t n) {
+  uint64_t v = 0;
+  std::memcpy(&v, p, n);
+  return v;
+}
+
+/// 64-bit hash of a short string for the coalescing tables: 8 bytes per step
+/// and a final avalanche (MurmurHash3's fmix64), so that the low bits used
+/// as the table index depend on every byte.
+uint64_t hash_text(std::string_view s) {
+  constexpr uint64_t k = 0x9e3779b97f4a7c15u;
+  uint64_t h = s.size() * k;
+  const char* p = s.data();
+  size_t n = s.size();
+  for (; n >= 8; p += 8, n -= 8)
+    h = (h ^ load_bytes(p, 8)) * k;
+  if (n > 0)
+    h = (h ^ load_bytes(p, n)) * k;
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdu;
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53u;
+  h ^= h >> 33;
+  return h;
+}
+
+/// Empties `table` and sizes it to a power of two at least twice `n`.
+void reset_table(std::vector<uint64_t>& table, size_t n) {
+  size_t size = 16;
+  while (size < 2 * n)
+    size *= 2;
+  table.assign(size, 0);
+}
+
+/// A table slot: the hash's upper half as a tag (most probes that miss are
+/// told apart without touching the entry) and the entry's index + 1 (0: empty).
+uint64_t make_slot(uint64_t hash, size_t index) {
+  return (hash & 0xffffffff00000000u) | static_cast<uint64_t>(index + 1);
+}
+bool tag_matches(uint64_t slot, uint64_t hash) {
+  return (slot ^ hash) < 0x100000000u;
+}
+size_t slot_index(uint64_t slot) { return static_cast<size_t>(slot & 0xffffffffu) - 1; }
+
+/// a == b, short strings compared inline.
+bool same_text(std::string_view a, std::string_view b) {
+  if (a.size() != b.size())
+    return false;
+  if (a.size() > 16)
+    return a == b;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i] != b[i])
+      return false;
+  return true;
+}
+
+} // namespace
+
 const std::vector<session_update>& writer_state::coalesce(const partition_batch& b) {
-  // Views into the batch, grouped by (user, conversation) via a sort on
-  // precomputed hashes: no allocation once the scratch vectors are warm.
-  refs.clear();
-  std::hash<std::string_view> h;
-  for (auto& d : b.records) {
-    std::string_view conv = d.conversation_id;
-    auto hc = h(conv);
-    for (auto& user : d.recipients)
-      refs.push_back(member_ref{h(user), hc, user, conv, d.created_at});
-  }
-  std::sort(refs.begin(), refs.end(), [](const member_ref& x, const member_ref& y) {
-    if (x.user_hash != y.user_hash) return x.user_hash < y.user_hash;
-    if (x.user != y.user) return x.user < y.user;
-    if (x.conv_hash != y.conv_hash) return x.conv_hash < y.conv_hash;
-    if (x.conv != y.conv) return x.conv < y.conv;
-    return x.score > y.score;  // the first of a (user, conversation) run is its max
-  });
-  members.clear();
-  members.reserve(refs.size());  // updates point into it: no reallocation below
-  updates.clear();
-  for (size_t i = 0; i < refs.size();) {
-    size_t first = members.size();
-    auto user = refs[i].user;
-    auto uh = refs[i].user_hash;
-    while (i < refs.size() && refs[i].user_hash == uh && refs[i].user == user) {
-      auto& r = refs[i];
-      if (members.size() == first || members.back().conversation != r.conv)
-        members.push_back(session_member{r.conv, r.score});
-      ++i;
+  // One update per user, one member per (user, conversation) with the
+  // highest score: two open-addressing hash tables over views into the
+  // batch, then the members grouped by user with a counting pass.  Linear in
+  // the batch and allocation-free once the scratch vectors are warm.
+  auto& batch = b.records;
+  const size_t entries = batch.recipients.size();
+  users.clear();
+  distinct.clear();
+  reset_table(user_table, entries);
+  reset_table(member_table, entries);
+  const size_t user_mask = user_table.size() - 1;
+  const size_t member_mask = member_table.size() - 1;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const std::string_view conv = batch.conversation_id(i);
+    const uint64_t hc = hash_text(conv);
+    const int64_t score = batch.created_at(i);
+    for (size_t j = 0; j < batch.recipient_count(i); ++j) {
+      const std::string_view user = batch.recipient(i, j);
+      const uint64_t hu = hash_text(user);
+      size_t slot = hu & user_mask;
+      uint32_t u;
+      for (;;) {
+        const uint64_t at = user_table[slot];
+        if (at == 0) {
+          u = static_cast<uint32_t>(users.size());
+          users.push_back(user_slot{user, hu, 0});
+          user_table[slot] = make_slot(hu, u);
+          break;
+        }
+        if (tag_matches(at, hu) && same_text(users[slot_index(at)].name, user)) {
+          u = static_cast<uint32_t>(slot_index(at));
+          break;
+        }
+        slot = (slot + 1) & user_mask;
+      }
+      const uint64_t hm = hc ^ (static_cast<uint64_t>(u) * 0x9e3779b97f4a7c15u);
+      slot = hm & member_mask;
+      for (;;) {
+        const uint64_t at = member_table[slot];
+        if (at == 0) {
+          member_table[slot] = make_slot(hm, distinct.size());
+          distinct.push_back(member_slot{u, hc, conv, score});
+          ++users[u].members;
+          break;
+        }
+        if (tag_matches(at, hm)) {
+          auto& known = distinct[slot_index(at)];
+          if (known.user == u && known.conv_hash == hc && same_text(known.conv, conv)) {
+            if (score > known.score)
+              known.score = score;
+            break;
+          }
+        }
+        slot = (slot + 1) & member_mask;
+      }
     }
-    updates.push_back(session_update{user, members.data() + first, members.size() - first});
+  }
+  // Group by user: each user's members start where the previous user's end.
+  size_t start = 0;
+  for (auto& u : users)
+    start += std::exchange(u.members, start);
+  members.resize(distinct.size());
+  for (auto& m : distinct)
+    members[users[m.user].members++] = session_member{m.conv, m.score};
+  updates.clear();
+  start = 0;
+  for (auto& u : users) {
+    updates.push_back(session_update{u.name, members.data() + start, u.members - start});
+    start = u.members;
   }
   return updates;
 }
@@ -165,35 +265,43 @@ void answer_flushes(writer_pointer self) {
   }
 }
 
-// Asks the identity fence for a check that starts after the newest batch in
-// `fenced` was fetched, unless a request sent after it arrived is still
-// unanswered (an answered one checkpointed only what was fenced by then: a
-// batch fetched before it but confirmed after its answer needs a new check).
-// Requests may overlap: the fence answers them in order, and every request
-// waiting when a check starts is answered by that check, so a checkpoint
-// waits for at most the next check, not for the one after it.
+// Writes the checkpoints the fence's answer to request `k` covers and
+// reports them.
+void fence_passed(writer_pointer self, aggregator_actor aggregator, uint64_t k) {
+  auto& st = self->state;
+  st.fence_answered = std::max(st.fence_answered, k);
+  auto cps = st.checkpoint_fenced(st.fence_answered, self->clock().now());
+  if (!cps) {
+    writer_fail(self, cps.error());
+    return;
+  }
+  for (auto& cp : *cps)
+    self->send(aggregator, atom::progress_v, cp);
+  answer_flushes(self);
+}
+
+// Makes sure the newest batch in `fenced` gets a check that started after it
+// arrived: none is needed if such a check has already answered (the batch
+// waited for its replies meanwhile), none is sent if one is still
+// outstanding, else one is asked for.  Requests may overlap: the fence
+// answers them in order, and every request waiting when a check starts is
+// answered by that check, so a checkpoint waits for at most the next check,
+// not for the one after it.
 void request_fence(writer_pointer self, fence_actor fence, aggregator_actor aggregator) {
   auto& st = self->state;
-  if (st.fenced.empty()
-      || (st.fenced.back().fence_tag < st.fence_requests
-          && st.fence_answered < st.fence_requests))
+  if (st.fenced.empty())
     return;
+  auto tag = st.fenced.back().fence_tag;
+  if (tag < st.fence_answered) {
+    fence_passed(self, aggregator, st.fence_answered);
+    return;
+  }
+  if (tag < st.fence_requests)
+    return; // a request sent after it arrived is still unanswered
   auto k = ++st.fence_requests;
   self->request(fence, caf::infinite, atom::check_v)
-    .then(
-      [=](uint64_t) {
-        auto& st = self->state;
-        st.fence_answered = std::max(st.fence_answered, k);
-        auto cps = st.checkpoint_fenced(k, self->clock().now());
-        if (!cps) {
-          writer_fail(self, cps.error());
-          return;
-        }
-        for (auto& cp : *cps)
-          self->send(aggregator, atom::progress_v, cp);
-        answer_flushes(self);
-      },
-      [=](caf::error& err) { writer_fail(self, err); });
+    .then([=](uint64_t) { fence_passed(self, aggregator, k); },
+          [=](caf::error& err) { writer_fail(self, err); });
 }
 
 } // namespace
@@ -247,8 +355,14 @@ redis_writer(writer_actor::stateful_pointer<writer_state> self, projection_setti
         st.confirming = false;
         return;
       }
-      // Block briefly for replies only when no write is waiting.
-      auto wait = self->mailbox().empty() ? st.confirm_wait : std::chrono::milliseconds{0};
+      // Block briefly for replies only when no write is waiting, and for as
+      // long as they take (within full_wait) when no write can come: every
+      // consumer waits for a confirmation.  (The store wakes up once the
+      // replies can all be in, not per segment.)
+      const bool full = st.pending.size() >= st.sent.size() * cfg.max_batches_in_flight;
+      auto wait = !self->mailbox().empty() ? std::chrono::milliseconds{0}
+                  : full                   ? st.full_wait
+                                           : st.confirm_wait;
       auto polled_at = self->clock().now();
       auto done = st.confirm_oldest(wait);
       if (!done) {
@@ -277,10 +391,11 @@ redis_writer(writer_actor::stateful_pointer<writer_state> self, projection_setti
       }
       if (st.pending.empty()) {
         st.confirming = false;
-      } else if (auto spent = self->clock().now() - polled_at; !*done && spent < wait) {
+      } else if (auto spent = self->clock().now() - polled_at;
+                 !*done && spent < std::min(wait, st.confirm_wait)) {
         // The store answered "not yet" without waiting (it cannot block, as
-        // in the deterministic tests): try again once `wait` has passed.
-        self->delayed_send(self, wait - spent, atom::poll_v);
+        // in the deterministic tests): try again once confirm_wait has passed.
+        self->delayed_send(self, std::min(wait, st.confirm_wait) - spent, atom::poll_v);
       } else {
         self->send(self, atom::poll_v); // behind the writes that arrived meanwhile
       }

@@ -34,18 +34,32 @@ struct writer_state {
   bool confirming = false;
   /// How long the confirm loop blocks for replies when no write is waiting.
   std::chrono::milliseconds confirm_wait{2};
+  /// ... and when none can come either: every consumer has its maximum of
+  /// batches unconfirmed, so only these replies move anything.
+  std::chrono::milliseconds full_wait{100};
   /// Identity-fence requests sent so far.
   uint64_t fence_requests = 0;
-  /// The newest identity-fence request answered (answers come in order).
+  /// The highest fence request answered so far: a batch whose tag is below
+  /// it needs no further check (that check started after it arrived).
   uint64_t fence_answered = 0;
   std::shared_ptr<metrics> stats;
-  // Scratch, reused across batches.
-  struct member_ref {
-    uint64_t user_hash, conv_hash;
-    std::string_view user, conv;
+  // Scratch, reused across batches: the coalescing's hash tables and the
+  // updates (views into the batch) it hands to the session store.
+  struct user_slot {
+    std::string_view name;
+    uint64_t hash;
+    size_t members;  ///< distinct conversations, then the start in `members`
+  };
+  struct member_slot {
+    uint32_t user;
+    uint64_t conv_hash;
+    std::string_view conv;
     int64_t score;
   };
-  std::vector<member_ref> refs;
+  std::vector<user_slot> users;
+  std::vector<member_slot> distinct;
+  std::vector<uint64_t> user_table;    ///< open addressing: hash tag | index + 1 into users
+  std::vector<uint64_t> member_table;  ///< open addressing: hash tag | index + 1 into distinct
   std::vector<session_member> members;
   std::vector<session_update> updates;
 

@@ -2,6 +2,10 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace qsp::core {
 
@@ -88,6 +92,89 @@ size_t utf8_sequence_length(const unsigned char* p, const unsigned char* end) {
   return 0;
 }
 
+// The first position in [p, end) holding a byte a string scan must look at:
+// '"', '\\', a control character (< 0x20) or a non-ASCII byte (>= 0x80).
+// Sixteen bytes per step with SSE2 (every x86-64 has it): one signed
+// compare flags both < 0x20 and >= 0x80 (negative as signed bytes).  Else,
+// and for the last few bytes, eight per step (SWAR): each test flags a byte
+// with its high bit, and the lowest flagged byte of any test is exact (a
+// borrow only ever carries into bytes above a flagged one).  Never reads
+// outside [p, end).
+inline __attribute__((always_inline)) const char* scan_plain(const char* p, const char* end) {
+#if defined(__SSE2__)
+  const __m128i quote = _mm_set1_epi8('"');
+  const __m128i backslash = _mm_set1_epi8('\\');
+  const __m128i space = _mm_set1_epi8(0x20);
+  while (end - p >= 16) {
+    const __m128i w = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m128i hits = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(w, quote), _mm_cmpeq_epi8(w, backslash)),
+                                      _mm_cmplt_epi8(w, space));
+    const int mask = _mm_movemask_epi8(hits);
+    if (mask != 0) return p + __builtin_ctz(static_cast<unsigned>(mask));
+    p += 16;
+  }
+#endif
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  constexpr uint64_t ones = 0x0101010101010101u;
+  constexpr uint64_t high = 0x8080808080808080u;
+  while (end - p >= 8) {
+    uint64_t w;
+    std::memcpy(&w, p, 8);
+    const uint64_t quote8 = w ^ (ones * '"');
+    const uint64_t backslash8 = w ^ (ones * '\\');
+    const uint64_t flagged = ((quote8 - ones) & ~quote8) | ((backslash8 - ones) & ~backslash8) |
+                             ((w - ones * 0x20) & ~w) | w;
+    const uint64_t hits = flagged & high;
+    if (hits != 0) return p + (__builtin_ctzll(hits) >> 3);
+    p += 8;
+  }
+#endif
+  while (p != end) {
+    const auto c = static_cast<unsigned char>(*p);
+    if (c == '"' || c == '\\' || c < 0x20 || c >= 0x80) break;
+    ++p;
+  }
+  return p;
+}
+
+// Where the parser puts the three projected fields.  A sink sees each field
+// at most once per record (a duplicated field is rejected before its value).
+//   conversation_id(v); created_at(v); recipient(index, v) for each element,
+//   then recipients_end(count) (also for an empty array).
+// Views passed to it are valid only during the call.
+
+// Into a reused dispatch: no allocation once its strings are large enough.
+struct dispatch_sink {
+  dispatch& out;
+  void conversation_id(std::string_view v) { out.conversation_id.assign(v); }
+  void created_at(int64_t v) { out.created_at = v; }
+  void recipient(size_t index, std::string_view v) {
+    // Reuse the strings of the previous record: no allocation when they fit.
+    if (index < out.recipients.size()) {
+      out.recipients[index].assign(v);
+    } else {
+      out.recipients.emplace_back(v);
+    }
+  }
+  void recipients_end(size_t count) { out.recipients.resize(count); }
+};
+
+// Appended to a batch's arena; the caller rolls the arena back on failure.
+struct batch_sink {
+  dispatch_batch& out;
+  dispatch_batch::record rec;
+  void conversation_id(std::string_view v) { rec.conversation_id = out.add_text(v); }
+  void created_at(int64_t v) { rec.created_at = v; }
+  void recipient(size_t index, std::string_view v) {
+    if (index == 0) rec.first_recipient = out.recipients.size();
+    out.recipients.push_back(out.add_text(v));
+  }
+  void recipients_end(size_t count) {
+    if (count == 0) rec.first_recipient = out.recipients.size();
+    rec.recipient_count = count;
+  }
+};
+
 // An integer literal as far as created_at cares.
 struct number {
   bool negative = false;
@@ -97,13 +184,15 @@ struct number {
 };
 
 // One decode call. Errors are formatted only on failure; the success path
-// does not allocate beyond growing `out`.
+// does not allocate beyond growing the sink's storage.
+template <class Sink>
 class parser {
  public:
-  parser(std::string_view text, std::string& error)
-      : begin_(text.data()), p_(text.data()), end_(text.data() + text.size()), error_(error) {}
+  parser(std::string_view text, std::string& error, Sink& out)
+      : begin_(text.data()), p_(text.data()), end_(text.data() + text.size()), error_(error),
+        out_(out) {}
 
-  bool parse_record(dispatch& out) {
+  bool parse_record() {
     std::array<bool, 3> seen{};
     skip_whitespace();
     if (p_ == end_ || *p_ != '{') {
@@ -118,7 +207,7 @@ class parser {
       for (;;) {
         if (p_ == end_ || *p_ != '"') return syntax_error("expected a field name");
         std::string_view key;
-        if (!parse_string(key)) return false;
+        if (!parse_string<true>(key)) return false;
         const known_field field = classify(key);
         skip_whitespace();
         if (p_ == end_ || *p_ != ':') return syntax_error("expected ':' after a field name");
@@ -130,7 +219,7 @@ class parser {
           if (was_seen) return schema_error("duplicate field");
           was_seen = true;
         }
-        if (!parse_field(field, out)) return false;
+        if (!parse_field(field)) return false;
         skip_whitespace();
         // A bad delimiter right after a value is reported against its field.
         if (p_ == end_ || (*p_ != ',' && *p_ != '}')) {
@@ -154,26 +243,26 @@ class parser {
   }
 
  private:
-  bool parse_field(known_field field, dispatch& out) {
+  bool parse_field(known_field field) {
     switch (field) {
-      case known_field::conversation_id: return parse_conversation_id(out.conversation_id);
-      case known_field::created_at: return parse_created_at(out.created_at);
-      case known_field::recipients: return parse_recipients(out.recipients);
+      case known_field::conversation_id: return parse_conversation_id();
+      case known_field::created_at: return parse_created_at();
+      case known_field::recipients: return parse_recipients();
       case known_field::other: break;
     }
     return skip_value(1);
   }
 
-  bool parse_conversation_id(std::string& out) {
+  bool parse_conversation_id() {
     if (p_ == end_ || *p_ != '"') return type_error("a non-empty string");
     std::string_view value;
-    if (!parse_string(value)) return false;
+    if (!parse_string<true>(value)) return false;
     if (value.empty()) return schema_error("must be a non-empty string");
-    out.assign(value);
+    out_.conversation_id(value);
     return true;
   }
 
-  bool parse_created_at(int64_t& out) {
+  bool parse_created_at() {
     if (p_ == end_ || !(*p_ == '-' || (*p_ >= '0' && *p_ <= '9'))) return type_error("an integer");
     number n;
     if (!parse_number(n)) return false;
@@ -182,32 +271,27 @@ class parser {
     if (n.overflow || n.magnitude > static_cast<uint64_t>(max_created_at)) {
       return schema_error("must not exceed 2^53");
     }
-    out = static_cast<int64_t>(n.magnitude);
+    out_.created_at(static_cast<int64_t>(n.magnitude));
     return true;
   }
 
-  bool parse_recipients(std::vector<std::string>& out) {
+  bool parse_recipients() {
     if (p_ == end_ || *p_ != '[') return type_error("an array of strings");
     ++p_;
     size_t count = 0;
     skip_whitespace();
     if (p_ != end_ && *p_ == ']') {
       ++p_;
-      out.clear();
+      out_.recipients_end(0);
       return true;
     }
     for (;;) {
       index_ = count;
       if (p_ == end_ || *p_ != '"') return type_error("a non-empty string");
       std::string_view value;
-      if (!parse_string(value)) return false;
+      if (!parse_string<true>(value)) return false;
       if (value.empty()) return schema_error("must be a non-empty string");
-      // Reuse the strings of the previous record: no allocation when they fit.
-      if (count < out.size()) {
-        out[count].assign(value);
-      } else {
-        out.emplace_back(value);
-      }
+      out_.recipient(count, value);
       ++count;
       skip_whitespace();
       if (p_ != end_ && *p_ == ',') {
@@ -223,7 +307,7 @@ class parser {
       return syntax_error("expected ',' or ']' in recipients");
     }
     index_ = no_index;
-    out.resize(count);
+    out_.recipients_end(count);
     return true;
   }
 
@@ -236,7 +320,7 @@ class parser {
       case '[': return skip_container(depth, ']');
       case '"': {
         std::string_view ignored;
-        return parse_string(ignored);
+        return parse_string<false>(ignored);
       }
       case 't': return skip_literal("true");
       case 'f': return skip_literal("false");
@@ -261,7 +345,7 @@ class parser {
       if (is_object) {
         if (p_ == end_ || *p_ != '"') return syntax_error("expected a field name");
         std::string_view ignored;
-        if (!parse_string(ignored)) return false;
+        if (!parse_string<false>(ignored)) return false;
         skip_whitespace();
         if (p_ == end_ || *p_ != ':') return syntax_error("expected ':' after a field name");
         ++p_;
@@ -325,63 +409,70 @@ class parser {
     return true;
   }
 
-  // Parses the string whose opening quote is at p_. `value` is a slice of the
-  // input when the string has no escapes, else a view of scratch_.
+  // Parses the string whose opening quote is at p_.  Keep: `value` is a
+  // slice of the input when the string has no escapes, else a view of
+  // scratch_ (valid until the next string).  !Keep: the string is validated
+  // exactly alike (same errors at the same bytes), nothing is copied, and
+  // `value` is left alone.
+  template <bool Keep>
   bool parse_string(std::string_view& value) {
     ++p_;
     const char* const start = p_;
     // Fast path: plain ASCII without escapes.
-    while (p_ != end_) {
-      const auto c = static_cast<unsigned char>(*p_);
-      if (c == '"') {
-        value = std::string_view(start, static_cast<size_t>(p_ - start));
-        ++p_;
-        return true;
-      }
-      if (c == '\\' || c < 0x20 || c >= 0x80) break;
+    p_ = scan_plain(p_, end_);
+    if (p_ != end_ && *p_ == '"') {
+      if (Keep) value = std::string_view(start, static_cast<size_t>(p_ - start));
       ++p_;
+      return true;
     }
-    scratch_.assign(start, p_);
+    if (Keep) scratch_.assign(start, p_);
     while (p_ != end_) {
       const auto c = static_cast<unsigned char>(*p_);
       if (c == '"') {
         ++p_;
-        value = scratch_;
+        if (Keep) value = scratch_;
         return true;
       }
       if (c == '\\') {
-        if (!parse_escape()) return false;
+        if (!parse_escape<Keep>()) return false;
       } else if (c < 0x20) {
         return syntax_error("unescaped control character in a string");
       } else if (c < 0x80) {
-        scratch_ += static_cast<char>(c);
-        ++p_;
+        const char* const run = p_;
+        p_ = scan_plain(p_ + 1, end_);
+        if (Keep) scratch_.append(run, p_);
       } else {
         const auto* u = reinterpret_cast<const unsigned char*>(p_);
         const size_t length = utf8_sequence_length(u, reinterpret_cast<const unsigned char*>(end_));
         if (length == 0) return syntax_error("invalid UTF-8");
-        scratch_.append(p_, length);
+        if (Keep) scratch_.append(p_, length);
         p_ += length;
       }
     }
     return syntax_error("unterminated string");
   }
 
+  template <bool Keep>
   bool parse_escape() {
     ++p_;  // the backslash
     if (p_ == end_) return syntax_error("unterminated string");
     const char c = *p_++;
+    char plain = 0;
     switch (c) {
-      case '"': scratch_ += '"'; return true;
-      case '\\': scratch_ += '\\'; return true;
-      case '/': scratch_ += '/'; return true;
-      case 'b': scratch_ += '\b'; return true;
-      case 'f': scratch_ += '\f'; return true;
-      case 'n': scratch_ += '\n'; return true;
-      case 'r': scratch_ += '\r'; return true;
-      case 't': scratch_ += '\t'; return true;
+      case '"': plain = '"'; break;
+      case '\\': plain = '\\'; break;
+      case '/': plain = '/'; break;
+      case 'b': plain = '\b'; break;
+      case 'f': plain = '\f'; break;
+      case 'n': plain = '\n'; break;
+      case 'r': plain = '\r'; break;
+      case 't': plain = '\t'; break;
       case 'u': break;
       default: --p_; return syntax_error("invalid escape");
+    }
+    if (c != 'u') {
+      if (Keep) scratch_ += plain;
+      return true;
     }
     uint32_t unit = 0;
     if (!parse_hex4(unit)) return false;
@@ -396,7 +487,7 @@ class parser {
       if (low < 0xdc00 || low > 0xdfff) return syntax_error("unpaired high surrogate escape");
       unit = 0x10000 + ((unit - 0xd800) << 10) + (low - 0xdc00);
     }
-    append_utf8(scratch_, unit);
+    if (Keep) append_utf8(scratch_, unit);
     return true;
   }
 
@@ -451,6 +542,7 @@ class parser {
   const char* p_;
   const char* end_;
   std::string& error_;
+  Sink& out_;
   std::string scratch_;  // decoded text of strings with escapes or non-ASCII
   known_field field_ = known_field::other;
   size_t index_ = no_index;  // position in recipients while parsing it
@@ -491,10 +583,77 @@ bool operator==(const dispatch& a, const dispatch& b) {
 
 bool operator!=(const dispatch& a, const dispatch& b) { return !(a == b); }
 
+void dispatch_batch::clear() {
+  text.clear();
+  records.clear();
+  recipients.clear();
+}
+
+dispatch_batch::text_ref dispatch_batch::add_text(std::string_view s) {
+  text_ref r{text.size(), s.size()};
+  text.append(s);
+  return r;
+}
+
+void dispatch_batch::push_back(const dispatch& d) {
+  record r;
+  r.conversation_id = add_text(d.conversation_id);
+  r.created_at = d.created_at;
+  r.first_recipient = recipients.size();
+  r.recipient_count = d.recipients.size();
+  for (const std::string& u : d.recipients) recipients.push_back(add_text(u));
+  records.push_back(r);
+}
+
+dispatch dispatch_batch::at(size_t i) const {
+  dispatch d;
+  d.conversation_id = std::string(conversation_id(i));
+  d.created_at = created_at(i);
+  for (size_t j = 0; j < recipient_count(i); ++j) d.recipients.emplace_back(recipient(i, j));
+  return d;
+}
+
+bool operator==(const dispatch_batch& a, const dispatch_batch& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a.conversation_id(i) != b.conversation_id(i) || a.created_at(i) != b.created_at(i) ||
+        a.recipient_count(i) != b.recipient_count(i)) {
+      return false;
+    }
+    for (size_t j = 0; j < a.recipient_count(i); ++j) {
+      if (a.recipient(i, j) != b.recipient(i, j)) return false;
+    }
+  }
+  return true;
+}
+
 decoder::~decoder() = default;
 
+bool decoder::decode_append(std::string_view value, dispatch_batch& out,
+                            std::string& error) const {
+  dispatch d;
+  if (!decode(value, d, error)) return false;
+  out.push_back(d);
+  return true;
+}
+
 bool json_decoder::decode(std::string_view value, dispatch& out, std::string& error) const {
-  return parser(value, error).parse_record(out);
+  dispatch_sink sink{out};
+  return parser<dispatch_sink>(value, error, sink).parse_record();
+}
+
+bool json_decoder::decode_append(std::string_view value, dispatch_batch& out,
+                                 std::string& error) const {
+  const size_t text = out.text.size();
+  const size_t recipients = out.recipients.size();
+  batch_sink sink{out, {}};
+  if (!parser<batch_sink>(value, error, sink).parse_record()) {
+    out.text.resize(text);
+    out.recipients.resize(recipients);
+    return false;
+  }
+  out.records.push_back(sink.rec);
+  return true;
 }
 
 std::string encode_json(const dispatch& d) {

@@ -57,6 +57,18 @@ public:
   }
 
   caf::expected<void> poll(size_t max, std::vector<log_record>& out, int64_t& passed) override {
+    return poll_each(
+      max,
+      [&out](const log_record_view& r) {
+        out.push_back(log_record{r.offset, std::string{r.value}, r.timestamp_ms});
+        return true;
+      },
+      passed);
+  }
+
+  caf::expected<void> poll_each(size_t max,
+                                const std::function<bool(const log_record_view&)>& visit,
+                                int64_t& passed) override {
     if (auto err = owner_->poll_events())
       return err;
     buf_.resize(max);
@@ -64,6 +76,7 @@ public:
     if (n < 0)
       return kafka_error(rd_kafka_last_error(), where());
     caf::error failure;
+    bool stopped = false;
     for (ssize_t i = 0; i < n; ++i) {
       rd_kafka_message_t* m = buf_[static_cast<size_t>(i)];
       if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
@@ -92,12 +105,12 @@ public:
                                     where() + offset_text(m->offset) + ": "
                                       + rd_kafka_message_errstr(m) + " ("
                                       + rd_kafka_err2name(m->err) + ")");
-      } else if (!failure) {
+      } else if (!failure && !stopped) {
+        // Straight from librdkafka's buffer: the value is not copied.
         rd_kafka_timestamp_type_t tt;
-        out.push_back(log_record{m->offset,
-                                 std::string{static_cast<const char*>(m->payload), m->len},
-                                 rd_kafka_message_timestamp(m, &tt),
-                                 rd_kafka_message_leader_epoch(m)});
+        stopped = !visit(log_record_view{
+          m->offset, std::string_view{static_cast<const char*>(m->payload), m->len},
+          rd_kafka_message_timestamp(m, &tt), rd_kafka_message_leader_epoch(m)});
       }
       rd_kafka_message_destroy(m);
     }

@@ -28,10 +28,10 @@ struct dispatch_log_consumer_config {
   std::string group_id = "qsession-projection";
   std::string topic;
   /// Bound on what librdkafka prefetches per partition (memory cap).
-  int queued_max_kbytes = 16384;
+  int queued_max_kbytes = 4096;
   int fetch_max_bytes = 8 * 1024 * 1024;
   /// Re-check of a full prefetch queue (librdkafka's default is 1000 ms).
-  int fetch_queue_backoff_ms = 5;
+  int fetch_queue_backoff_ms = 20;
   /// Called (from whichever thread polls) for every client-level error
   /// librdkafka reports, not tied to a record: all brokers down, transport,
   /// resolve, authentication, ... `error_name` is librdkafka's name for it

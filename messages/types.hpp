@@ -37,7 +37,7 @@ struct partition_batch {
   /// stored beside the checkpoint so a later start can prove the log below
   /// it was not truncated.  -1: unknown.
   int32_t end_epoch = -1;
-  std::vector<core::dispatch> records;
+  core::dispatch_batch records;
   uint64_t bytes = 0;
 };
 
@@ -93,6 +93,22 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, dispatch& x) {
   return f(caf::meta::type_name("qsp.dispatch"), x.conversation_id, x.created_at,
            x.recipients);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, dispatch_batch::text_ref& x) {
+  return f(caf::meta::type_name("qsp.text_ref"), x.offset, x.size);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, dispatch_batch::record& x) {
+  return f(caf::meta::type_name("qsp.dispatch_ref"), x.conversation_id, x.created_at,
+           x.first_recipient, x.recipient_count);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, dispatch_batch& x) {
+  return f(caf::meta::type_name("qsp.dispatch_batch"), x.text, x.records, x.recipients);
 }
 
 template <class Inspector>

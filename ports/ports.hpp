@@ -10,6 +10,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "caf/expected.hpp"
@@ -126,6 +127,14 @@ struct log_record {
   int32_t leader_epoch = -1;
 };
 
+/// One event as poll_each() hands it over: `value` is valid during the call only.
+struct log_record_view {
+  int64_t offset = 0;
+  std::string_view value;
+  int64_t timestamp_ms = -1;
+  int32_t leader_epoch = -1;  ///< as log_record::leader_epoch
+};
+
 /// Reads one partition of the dispatch log from an explicit start, never blocking.
 class partition_reader {
 public:
@@ -135,6 +144,23 @@ public:
   /// was delivered or is a marker/aborted record), or leaves it untouched.
   virtual caf::expected<void> poll(size_t max, std::vector<log_record>& out,
                                    int64_t& passed) = 0;
+  /// What poll() reads, handed to `visit` one record at a time, in offset
+  /// order, without copying the value (the real reader passes librdkafka's
+  /// own buffer).  `visit` returns false to stop: the rest of this poll's
+  /// records are dropped, as they would be after an undecodable one.  An
+  /// error means the same as poll()'s; records visited before it were read.
+  /// Default: poll() into a vector.
+  virtual caf::expected<void> poll_each(size_t max,
+                                        const std::function<bool(const log_record_view&)>& visit,
+                                        int64_t& passed) {
+    std::vector<log_record> buf;
+    if (auto ok = poll(max, buf, passed); !ok)
+      return ok;
+    for (auto& r : buf)
+      if (!visit(log_record_view{r.offset, r.value, r.timestamp_ms, r.leader_epoch}))
+        break;
+    return caf::unit;
+  }
   /// Asks for `wake` to be called (from any thread, so it must only post a
   /// message) when records or events arrive while nothing is queued; the
   /// reader stops calling it before it is destroyed.  Default: never (the

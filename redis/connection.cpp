@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
@@ -379,9 +380,10 @@ bool noperm(std::string_view text) {
   return text.rfind("NOPERM", 0) == 0 || text.find(": NOPERM") != std::string_view::npos;
 }
 
-caf::expected<reply_ptr> classify(const std::string& where, std::string_view what, void* raw) {
+caf::expected<reply_ptr> classify(const connection& c, std::string_view what, void* raw) {
   reply_ptr r{static_cast<redisReply*>(raw)};
   if (r->type == REDIS_REPLY_ERROR) {
+    auto where = c.where();
     std::string_view text{r->str, r->len};
     if (noperm(text))
       return caf::make_error(ec::invalid_config,
@@ -409,16 +411,40 @@ caf::expected<reply_ptr> classify(const std::string& where, std::string_view wha
   return r;
 }
 
+/// Size of the fast path's input buffer (one read(2) at most).
+constexpr size_t input_capacity = 64 * 1024;
+
 } // namespace
+
+void connection::set_lowat(int bytes) {
+  if (bytes == lowat_)
+    return;
+  // Best effort: without it the waits below only wake up more often.
+  if (::setsockopt(fd_, SOL_SOCKET, SO_RCVLOWAT, &bytes, sizeof(bytes)) == 0)
+    lowat_ = bytes;
+}
+
+void connection::hand_over_input() {
+  set_lowat(1); // hiredis reads blocking: never wait for more than a reply
+
+  if (in_end_ > in_begin_) {
+    // Cannot fail but on an out-of-memory; hiredis then reports it on read.
+    redisReaderFeed(ctx_->reader, in_.get() + in_begin_, in_end_ - in_begin_);
+    hiredis_input_ = true;
+  }
+  in_begin_ = in_end_ = 0;
+}
 
 caf::expected<reply_ptr> connection::read_reply(std::string_view what) {
   if (interrupted())
     return interrupted_error();
+  hand_over_input();
   sigpipe_guard guard; // redisGetReply first writes what is still queued
   void* raw = nullptr;
   if (redisGetReply(ctx_, &raw) != REDIS_OK || raw == nullptr)
     return io_error("reading a reply");
-  return classify(where(), what, raw);
+  hiredis_input_ = ctx_->reader->pos < ctx_->reader->len;
+  return classify(*this, what, raw);
 }
 
 caf::expected<reply_ptr> connection::poll_reply(int timeout_ms, std::string_view what) {
@@ -426,11 +452,17 @@ caf::expected<reply_ptr> connection::poll_reply(int timeout_ms, std::string_view
     return interrupted_error();
   if (ssl_ != nullptr || timeout_ms < 0)
     return read_reply(what);
+  hand_over_input();
+  hiredis_input_ = true; // until a whole reply came back and nothing is left
   void* raw = nullptr;
+  auto done = [&] {
+    hiredis_input_ = ctx_->reader->pos < ctx_->reader->len;
+    return classify(*this, what, raw);
+  };
   if (redisGetReplyFromReader(ctx_, &raw) != REDIS_OK)
     return io_error("parsing a reply");
   if (raw != nullptr)
-    return classify(where(), what, raw);
+    return done();
   pollfd pfd{ctx_->fd, POLLIN, 0};
   int n = ::poll(&pfd, 1, timeout_ms);
   if (n < 0 && errno != EINTR)
@@ -445,7 +477,93 @@ caf::expected<reply_ptr> connection::poll_reply(int timeout_ms, std::string_view
     return io_error("parsing a reply");
   if (raw == nullptr)
     return reply_ptr{};
-  return classify(where(), what, raw);
+  return done();
+}
+
+size_t connection::take_buffered_integers(size_t max, bool& other) {
+  // ":" [ "-" ] digits CRLF, as Redis writes integer replies.  Anything else
+  // is left for hiredis, which parses (or rejects) it as it always did.
+  const char* const buf = in_.get();
+  size_t taken = 0;
+  size_t at = in_begin_;
+  while (taken < max && at < in_end_) {
+    if (buf[at] != ':') {
+      other = true;
+      break;
+    }
+    size_t i = at + 1;
+    if (i < in_end_ && buf[i] == '-')
+      ++i;
+    const size_t digits = i;
+    while (i < in_end_ && buf[i] >= '0' && buf[i] <= '9')
+      ++i;
+    if (i + 1 >= in_end_) {
+      // Incomplete so far (or too long ever to be an integer reply).
+      other = in_end_ - at >= 32;
+      break;
+    }
+    if (i == digits || buf[i] != '\r' || buf[i + 1] != '\n') {
+      other = true;
+      break;
+    }
+    at = i + 2;
+    ++taken;
+  }
+  in_begin_ = at;
+  if (in_begin_ == in_end_)
+    in_begin_ = in_end_ = 0;
+  return taken;
+}
+
+caf::expected<connection::integer_replies> connection::take_integer_replies(size_t max,
+                                                                             int timeout_ms) {
+  if (interrupted())
+    return interrupted_error();
+  integer_replies out;
+  if (hiredis_input_) {
+    out.other = true;
+    return out;
+  }
+  if (!in_)
+    in_.reset(new char[input_capacity]);
+  out.taken = take_buffered_integers(max, out.other);
+  if (out.taken > 0 || out.other) {
+    if (out.other)
+      hand_over_input();
+    return out;
+  }
+  // Nothing complete: read once, waiting at most timeout_ms.
+  if (ssl_ == nullptr) {
+    // Each awaited reply is at least 4 bytes (":0\r\n"): wake up once they
+    // can all be in, not for every segment Redis writes (one wake-up per
+    // batch instead of dozens).  An error reply is longer, and a closed
+    // connection wakes poll(2) anyway.
+    const size_t have = in_end_ - in_begin_;
+    const size_t total = std::min(4 * max, input_capacity);
+    set_lowat(static_cast<int>(total > have ? total - have : 1));
+    pollfd pfd{ctx_->fd, POLLIN, 0};
+    int n = ::poll(&pfd, 1, timeout_ms);
+    if (n < 0 && errno != EINTR)
+      return caf::make_error(ec::redis_unavailable,
+                             where() + ": waiting for a reply: " + std::strerror(errno));
+    if (n <= 0)
+      return out;
+  }
+  if (in_begin_ > 0) {
+    std::memmove(in_.get(), in_.get() + in_begin_, in_end_ - in_begin_);
+    in_end_ -= in_begin_;
+    in_begin_ = 0;
+  }
+  // hiredis' own read function: TLS or not, errors and EOF set on the
+  // context as for any of its reads (io_error names them).
+  auto nread = ctx_->funcs->read(ctx_, in_.get() + in_end_, input_capacity - in_end_);
+  if (nread < 0)
+    return io_error("reading a reply");
+  in_end_ += static_cast<size_t>(nread);
+  out.taken = take_buffered_integers(max, out.other);
+  if (out.other)
+    hand_over_input();
+  return out;
 }
 
 } // namespace qsp::redis

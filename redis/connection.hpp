@@ -122,6 +122,20 @@ public:
   /// blocking, since bytes inside the TLS layer are invisible to poll(2).
   caf::expected<reply_ptr> poll_reply(int timeout_ms,
                                       std::string_view what = "a pipelined command");
+  /// What take_integer_replies() did.
+  struct integer_replies {
+    size_t taken = 0;   ///< integer replies consumed
+    bool other = false; ///< the next reply is not a plain integer: read it with poll_reply()
+  };
+  /// The pipeline's fast path for replies expected to be integers (ZADD's):
+  /// consumes up to `max` integer replies at the head of the input without
+  /// building reply objects, waiting at most `timeout_ms` (>= 0) for input
+  /// when none is complete (TLS: reads blocking, like poll_reply).  Stops
+  /// before anything else (an error reply, another type, a malformed
+  /// integer): `other` is set and that reply, with everything after it, goes
+  /// to hiredis, so poll_reply() reads it as before.  taken == 0 and !other:
+  /// nothing complete arrived in time.
+  caf::expected<integer_replies> take_integer_replies(size_t max, int timeout_ms);
   /// Callable from any thread: shuts the socket down, so a call blocked in
   /// I/O on another thread returns an error at once; every later call fails
   /// fast (ec::redis_unavailable, "interrupted").  The context itself is
@@ -145,6 +159,14 @@ private:
   connection(settings cfg, std::string where, redisContext* ctx, void* ssl);
   caf::error io_error(const std::string& what) const;
   caf::error interrupted_error() const;
+  /// Gives the input take_integer_replies() read but did not consume to
+  /// hiredis' reader (before hiredis reads anything, so the order is kept).
+  void hand_over_input();
+  /// Consumes complete integer replies at in_[in_begin_, in_end_).
+  size_t take_buffered_integers(size_t max, bool& other);
+  /// SO_RCVLOWAT: poll(2) reports the socket readable once this many bytes
+  /// are in (1 but while take_integer_replies waits).
+  void set_lowat(int bytes);
 
   settings cfg_;
   std::string where_;
@@ -154,6 +176,14 @@ private:
   std::atomic<bool> interrupted_{false};
   std::vector<const char*> argv_;
   std::vector<size_t> lens_;
+  /// Input read by take_integer_replies() and not consumed yet.  Bytes are
+  /// here only while hiredis' reader holds none (hiredis_input_ false).
+  std::unique_ptr<char[]> in_;
+  size_t in_begin_ = 0, in_end_ = 0;
+  /// hiredis' reader may hold unparsed input or a partial reply: replies
+  /// are read through it until it has returned a whole one and holds no more.
+  bool hiredis_input_ = false;
+  int lowat_ = 1;
 };
 
 } // namespace qsp::redis

@@ -1,6 +1,8 @@
 #include "redis/stores.hpp"
 
+#include <algorithm>
 #include <charconv>
+#include <cstring>
 #include <unordered_set>
 
 #include "messages/types.hpp"
@@ -340,38 +342,96 @@ caf::expected<void> redis_session_store::apply(const std::vector<session_update>
 
 namespace {
 
-void put_bulk(std::string& out, std::string_view a, std::string_view b = {}) {
-  char len[24];
-  auto r = std::to_chars(len, len + sizeof(len), a.size() + b.size());
-  out += '$';
-  out.append(len, r.ptr);
-  out += "\r\n";
-  out += a;
-  out += b;
-  out += "\r\n";
+char* put_text(char* p, std::string_view s) {
+  // Short pieces (keys, conversation ids) byte by byte: cheaper than a call.
+  if (s.size() <= 16) {
+    for (char c : s)
+      *p++ = c;
+    return p;
+  }
+  std::memcpy(p, s.data(), s.size());
+  return p + s.size();
 }
+
+char* put_decimal(char* p, uint64_t v) {
+  if (v < 10) {
+    *p++ = static_cast<char>('0' + v);
+    return p;
+  }
+  return std::to_chars(p, p + 20, v).ptr;
+}
+
+/// A bulk string holding `a` followed by `b`.
+char* put_bulk(char* p, std::string_view a, std::string_view b = {}) {
+  *p++ = '$';
+  p = put_decimal(p, a.size() + b.size());
+  *p++ = '\r';
+  *p++ = '\n';
+  p = put_text(p, a);
+  p = put_text(p, b);
+  *p++ = '\r';
+  *p++ = '\n';
+  return p;
+}
+
+/// A bulk string holding the decimal `v` (a score: 0 <= v <= 2^53, so
+/// at most 16 digits), written in place.
+char* put_bulk_decimal(char* p, int64_t v) {
+  if (v < 0)
+    return put_bulk(p, std::string_view{p + 32, static_cast<size_t>(
+                                                  std::to_chars(p + 32, p + 56, v).ptr - (p + 32))});
+  size_t digits = 1;
+  for (uint64_t x = static_cast<uint64_t>(v); x >= 10; x /= 10)
+    ++digits;
+  *p++ = '$';
+  p = put_decimal(p, digits);
+  *p++ = '\r';
+  *p++ = '\n';
+  p = std::to_chars(p, p + digits, v).ptr;
+  *p++ = '\r';
+  *p++ = '\n';
+  return p;
+}
+
+/// Room for everything but the strings' own bytes: "*N\r\n" and the bulk
+/// headers and CRLFs (a decimal is at most 20 digits).
+constexpr size_t command_overhead = 1 + 20 + 2 + 10 + 1 + 20 + 2 + 2 + 8;
+constexpr size_t member_overhead = 2 * (1 + 20 + 2 + 2) + 20;
 
 } // namespace
 
 caf::expected<void> redis_session_store::send(const std::vector<session_update>& updates) {
-  // RESP written directly (hiredis' argv formatting is printf-based).
+  // RESP written directly (hiredis' argv formatting is printf-based), into a
+  // buffer sized for the worst case first, so every write below is a plain
+  // store: no capacity check per piece.
   const auto& prefix = conn_->config().convs_prefix;
-  buf_.clear();
-  char num[24];
+  size_t bound = 0;
   for (auto& u : updates) {
-    auto r = std::to_chars(num, num + sizeof(num), 3 + 2 * u.count);
-    buf_ += '*';
-    buf_.append(num, r.ptr);
-    buf_ += "\r\n$4\r\nZADD\r\n";
-    put_bulk(buf_, prefix, u.user);
-    buf_ += "$2\r\nGT\r\n";
+    bound += command_overhead + prefix.size() + u.user.size();
+    for (size_t i = 0; i < u.count; ++i)
+      bound += member_overhead + u.members[i].conversation.size();
+  }
+  if (bound > buf_capacity_) {
+    buf_capacity_ = std::max(bound, 2 * buf_capacity_);
+    buf_.reset(new char[buf_capacity_]);
+  }
+  char* const begin = buf_.get();
+  char* p = begin;
+  for (auto& u : updates) {
+    *p++ = '*';
+    p = put_decimal(p, 3 + 2 * u.count);
+    std::memcpy(p, "\r\n$4\r\nZADD\r\n", 12);
+    p += 12;
+    p = put_bulk(p, prefix, u.user);
+    std::memcpy(p, "$2\r\nGT\r\n", 8);
+    p += 8;
     for (size_t i = 0; i < u.count; ++i) {
-      auto s = std::to_chars(num, num + sizeof(num), u.members[i].created_at);
-      put_bulk(buf_, std::string_view{num, static_cast<size_t>(s.ptr - num)});
-      put_bulk(buf_, u.members[i].conversation);
+      p = put_bulk_decimal(p, u.members[i].created_at);
+      p = put_bulk(p, u.members[i].conversation);
     }
   }
-  conn_->append_formatted(buf_);
+  if (p != begin)
+    conn_->append_formatted(std::string_view{begin, static_cast<size_t>(p - begin)});
   if (auto err = conn_->flush())
     return err;
   return caf::unit;
@@ -382,20 +442,35 @@ caf::expected<bool> redis_session_store::confirm(size_t n, std::chrono::millisec
   // in step; report the first failure once all `n` are read.
   using clock = std::chrono::steady_clock;
   auto deadline = clock::now() + wait;
+  auto gone = [this](caf::error err) {
+    // The connection is gone: the remaining replies never come.
+    replies_read_ = 0;
+    first_failure_ = caf::error{};
+    return err;
+  };
   while (replies_read_ < n) {
     int timeout = -1;
     if (wait.count() >= 0) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
       timeout = static_cast<int>(std::max<int64_t>(0, left.count()));
+      // Integer replies (the normal case) without a reply object each.
+      auto got = conn_->take_integer_replies(n - replies_read_, timeout);
+      if (!got)
+        return gone(got.error());
+      replies_read_ += got->taken;
+      if (got->taken > 0)
+        continue;
+      if (!got->other) {
+        if (timeout == 0 || clock::now() >= deadline)
+          return false;
+        continue;
+      }
+      // Anything else (an error reply, ...): one reply the general way.
     }
     auto r = conn_->poll_reply(timeout, "ZADD");
     if (!r) {
-      if (r.error().code() == static_cast<uint8_t>(ec::redis_unavailable)) {
-        // The connection is gone: the remaining replies never come.
-        replies_read_ = 0;
-        first_failure_ = caf::error{};
-        return r.error();
-      }
+      if (r.error().code() == static_cast<uint8_t>(ec::redis_unavailable))
+        return gone(r.error());
       if (!first_failure_)
         first_failure_ = r.error();
       ++replies_read_;

@@ -51,7 +51,8 @@ public:
 private:
   explicit redis_session_store(std::unique_ptr<connection> conn) : conn_(std::move(conn)) {}
   std::unique_ptr<connection> conn_;
-  std::string buf_;                  ///< reused RESP buffer
+  std::unique_ptr<char[]> buf_;      ///< reused RESP buffer
+  size_t buf_capacity_ = 0;
   size_t replies_read_ = 0;          ///< of the batch being confirmed
   caf::error first_failure_;         ///< of the batch being confirmed
 };

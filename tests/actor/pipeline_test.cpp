@@ -4,6 +4,10 @@
 
 #include "tests/actor/fixture.hpp"
 
+#include <random>
+
+#include "actors/redis_writer.hpp"
+
 using namespace qsp;
 using namespace qsp::test;
 
@@ -397,3 +401,52 @@ CAF_TEST(garbage inside an aborted transaction is never read) {
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()
+
+// The writer's coalescing on its own (a state method, no actor system): one
+// update per user, one member per (user, conversation) holding the highest
+// score, nothing lost or invented, against a plain map over random batches
+// with many repeats (duplicated recipients within a record too), names that
+// differ in their last byte only and names longer than 16 bytes.
+CAF_TEST(coalescing keeps the highest score per user and conversation) {
+  std::mt19937_64 rng(11);
+  writer_state st;
+  auto name = [&](const char* stem, size_t n) {
+    auto i = rng() % n;
+    return i % 3 == 0 ? std::string(stem) + std::string(20, 'x') + std::to_string(i)
+                      : std::string(stem) + std::to_string(i);
+  };
+  for (int round = 0; round < 30; ++round) {
+    partition_batch b;
+    std::map<std::string, std::map<std::string, int64_t>> want;
+    const size_t records = round == 0 ? 0 : rng() % 400;
+    const size_t users = 1 + rng() % 60, convs = 1 + rng() % 40;
+    for (size_t i = 0; i < records; ++i) {
+      core::dispatch d{name("c", convs), static_cast<int64_t>(rng() % 1000), {}};
+      for (size_t r = rng() % 6; r > 0; --r)
+        d.recipients.push_back(name("u", users));
+      for (auto& u : d.recipients) {
+        auto [it, fresh] = want[u].emplace(d.conversation_id, d.created_at);
+        if (!fresh)
+          it->second = std::max(it->second, d.created_at);
+      }
+      b.records.push_back(d);
+    }
+    std::map<std::string, std::map<std::string, int64_t>> got;
+    size_t members = 0;
+    for (auto& u : st.coalesce(b)) {
+      auto& set = got[std::string{u.user}];
+      CAF_CHECK(set.empty()); // one update per user
+      CAF_CHECK_GREATER(u.count, 0u);
+      for (size_t i = 0; i < u.count; ++i) {
+        auto fresh = set.emplace(std::string{u.members[i].conversation}, u.members[i].created_at);
+        CAF_CHECK(fresh.second); // one member per conversation
+        ++members;
+      }
+    }
+    CAF_CHECK(got == want);
+    size_t want_members = 0;
+    for (auto& [u, set] : want)
+      want_members += set.size();
+    CAF_CHECK_EQUAL(members, want_members);
+  }
+}

@@ -111,6 +111,66 @@ TEST(RedisSessionStore, PipelinedSendsAreConfirmedOldestFirstWithTheirOwnErrors)
   EXPECT_EQ(test::zset(*c, prefix + "u5").at("c"), 5);
 }
 
+TEST(RedisSessionStore, ThousandsOfPipelinedRepliesAcrossManyReadsKeepTheConnectionInStep) {
+  // The confirm fast path reads integer replies in 64-KiB chunks and counts
+  // them without reply objects; an error reply deep inside a batch goes to
+  // hiredis, and so does whatever follows it.  Afterwards the connection
+  // serves blocking commands as before: a wake-up threshold left on the
+  // socket would hold each of them until the command timeout, an hour here,
+  // far past the test's own timeout.
+  auto prefix = test::unique_name("convs") + ":";
+  auto c = test::redis_conn();
+  test::redis_cmd(*c, {"SET", prefix + "bad", "x"});
+  auto cfg = test::redis_settings("ns", prefix);
+  cfg.command_timeout_ms = 3600 * 1000;
+  auto store = redis::redis_session_store::open(cfg);
+  ASSERT_TRUE(store) << describe(store.error());
+  struct batch {
+    std::vector<std::string> users;
+    std::vector<session_member> member;
+    std::vector<session_update> ups;
+  };
+  std::vector<batch> batches(3);
+  const size_t n = 20000; // 80 KB of ":1\r\n" per batch
+  for (size_t k = 0; k < batches.size(); ++k) {
+    auto& b = batches[k];
+    for (size_t i = 0; i < n; ++i)
+      b.users.push_back(k == 1 && i == n / 2 ? std::string{"bad"}
+                                               : "u" + std::to_string(k) + "-" + std::to_string(i));
+    b.member.push_back(session_member{"c", static_cast<int64_t>(k + 1)});
+    for (auto& u : b.users)
+      b.ups.push_back(session_update{u, b.member.data(), 1});
+    ASSERT_TRUE((*store)->send(b.ups));
+  }
+  using namespace std::chrono_literals;
+  auto first = (*store)->confirm(n, 0ms); // mostly "not yet": the replies are still coming
+  ASSERT_TRUE(first) << describe(first.error());
+  if (!*first)
+    first = (*store)->confirm(n, 10000ms);
+  ASSERT_TRUE(first && *first);
+  auto second = (*store)->confirm(n, 10000ms);
+  ASSERT_FALSE(second);
+  EXPECT_EQ(second.error().code(), static_cast<uint8_t>(ec::redis_reply));
+  EXPECT_NE(describe(second.error()).find("WRONGTYPE"), std::string::npos) << describe(second.error());
+  auto third = (*store)->confirm(n, 10000ms);
+  ASSERT_TRUE(third) << describe(third.error());
+  EXPECT_TRUE(*third);
+  // Twice more through the fast path after hiredis had the input.
+  for (int round = 0; round < 2; ++round) {
+    ASSERT_TRUE((*store)->send(batches[0].ups));
+    auto again = (*store)->confirm(n, 10000ms);
+    ASSERT_TRUE(again && *again) << (again ? "not all replies" : describe(again.error()));
+  }
+  auto list = (*store)->sessions("u2-7", 10);
+  ASSERT_TRUE(list) << describe(list.error());
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].last_active, 3);
+  auto last = (*store)->apply(zadds{{"last", {{"c", 9}}}});
+  EXPECT_TRUE(last) << describe(last.error());
+  EXPECT_EQ(test::zset(*c, prefix + "last").at("c"), 9);
+  EXPECT_EQ(test::zset(*c, prefix + "u1-" + std::to_string(n - 1)).at("c"), 2);
+}
+
 TEST(RedisSessionStore, WritingToAKilledServerIsAnErrorNotSigpipe) {
   // hiredis writes without MSG_NOSIGNAL; SIGPIPE's default action would end
   // this test process (and the node: exit 141) instead of failing the call.

@@ -49,12 +49,19 @@ TEST(JsonDecoder, AcceptTable) {
        {"c", 2, {}}},
   };
   const json_decoder decoder;
+  dispatch_batch batch;  // decode_append: every row after the previous ones
   for (const accept_row& row : rows) {
     dispatch out;
     std::string error;
     EXPECT_TRUE(decoder.decode(row.input, out, error)) << row.input << "\n" << error;
     EXPECT_EQ(out, row.expected) << row.input;
+    const size_t before = batch.size();
+    EXPECT_TRUE(decoder.decode_append(row.input, batch, error)) << row.input << "\n" << error;
+    ASSERT_EQ(batch.size(), before + 1) << row.input;
+    EXPECT_EQ(batch.at(before), row.expected) << row.input;
   }
+  // Earlier records are untouched by later ones.
+  for (size_t i = 0; i < std::size(rows); ++i) EXPECT_EQ(batch.at(i), rows[i].expected);
 }
 
 struct reject_row {
@@ -163,10 +170,21 @@ TEST(JsonDecoder, RejectTable) {
        "invalid JSON at byte 133: nesting deeper than 128 levels"},
   };
   const json_decoder decoder;
+  dispatch_batch batch;
+  batch.push_back(dispatch{"kept", 7, {"u1", "u2"}});
+  const dispatch_batch snapshot = batch;
   for (const reject_row& row : rows) {
     dispatch out;
     std::string error;
     EXPECT_FALSE(decoder.decode(row.input, out, error)) << row.input;
+    // decode_append rejects alike, with the same message, and leaves the
+    // batch as it was (its arena rolled back).
+    std::string append_error;
+    EXPECT_FALSE(decoder.decode_append(row.input, batch, append_error)) << row.input;
+    EXPECT_EQ(append_error, error) << row.input;
+    EXPECT_TRUE(batch == snapshot) << row.input;
+    EXPECT_EQ(batch.text, snapshot.text) << row.input;
+    EXPECT_EQ(batch.recipients.size(), snapshot.recipients.size()) << row.input;
     const std::string_view expected = row.error;
     constexpr std::string_view ellipsis = "...";
     if (expected.size() > 3 && expected.substr(expected.size() - 3) == ellipsis) {
@@ -200,6 +218,77 @@ TEST(JsonDecoder, ReusesTheOutputAcrossRecords) {
   EXPECT_EQ(out, (dispatch{"c2", 2, {"z"}}));
   ASSERT_TRUE(decoder.decode(record(R"("c3")", "3", "[]"), out, error));
   EXPECT_EQ(out, (dispatch{"c3", 3, {}}));
+}
+
+TEST(JsonDecoder, EveryScanPositionOfEverySpecialByte) {
+  // The string scan takes 16 and 8 bytes at a time and then single bytes:
+  // a byte that ends or interrupts a plain run must be found at every
+  // offset and every distance from the end, in projected and skipped strings.
+  const json_decoder decoder;
+  std::string error;
+  for (size_t before = 0; before < 40; ++before) {
+    for (size_t after = 0; after < 20; ++after) {
+      const std::string a(before, 'a'), b(after, 'b');
+      struct variant {
+        std::string raw, decoded;
+      };
+      const variant ok[] = {{a + b, a + b},
+                            {a + "\\\"" + b, a + "\"" + b},
+                            {a + "\\u00e9" + b, a + "\xc3\xa9" + b},
+                            {a + "\xc3\xa9" + b, a + "\xc3\xa9" + b},
+                            {a + "\xf0\x9f\x98\x80" + b, a + "\xf0\x9f\x98\x80" + b},
+                            {a + "\x7f" + b, a + "\x7f" + b}};
+      for (const variant& v : ok) {
+        if (v.decoded.empty()) continue;
+        const std::string input = "{\"x\":\"" + v.raw + "\"," + record("\"" + v.raw + "\"").substr(1);
+        dispatch out;
+        ASSERT_TRUE(decoder.decode(input, out, error)) << input << "\n" << error;
+        EXPECT_EQ(out.conversation_id, v.decoded) << input;
+        dispatch_batch batch;
+        ASSERT_TRUE(decoder.decode_append(input, batch, error)) << input << "\n" << error;
+        EXPECT_EQ(batch.conversation_id(0), v.decoded) << input;
+      }
+      for (const char* bad : {"\x01", "\n", "\x1f", "\xff", "\xc3", "\x80"}) {
+        // In a skipped value and in the projected one: found at its byte.
+        const std::string skipped = "{\"x\":\"" + a + bad + b + "\"}";
+        dispatch out;
+        ASSERT_FALSE(decoder.decode(skipped, out, error)) << skipped;
+        EXPECT_NE(error.find("at byte " + std::to_string(6 + before) + ":"), std::string::npos)
+            << skipped << "\n" << error;
+        const std::string projected = record("\"" + a + bad + b + "\"");
+        ASSERT_FALSE(decoder.decode(projected, out, error)) << projected;
+        EXPECT_NE(error.find("at byte " + std::to_string(20 + before) + ":"), std::string::npos)
+            << projected << "\n" << error;
+      }
+    }
+  }
+}
+
+TEST(DispatchBatch, HoldsManyRecordsInOneArena) {
+  std::mt19937_64 rng(5);
+  const json_decoder decoder;
+  dispatch_batch batch;
+  std::vector<dispatch> expected;
+  std::string error;
+  for (int i = 0; i < 3000; ++i) {
+    dispatch d{"c-" + std::to_string(rng() % 1000000), static_cast<int64_t>(rng() % 100000), {}};
+    for (size_t r = rng() % 6; r > 0; --r) d.recipients.push_back("u" + std::to_string(rng() % 100));
+    if (i % 3 == 0) {
+      batch.push_back(d);
+    } else {
+      ASSERT_TRUE(decoder.decode_append(encode_json(d), batch, error)) << error;
+    }
+    if (i % 11 == 0) {  // a rejected record in between changes nothing
+      ASSERT_FALSE(decoder.decode_append(R"({"conversation_id":"x","created_at":1,"recipients":[1]})",
+                                         batch, error));
+    }
+    expected.push_back(d);
+  }
+  ASSERT_EQ(batch.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) ASSERT_EQ(batch.at(i), expected[i]) << i;
+  batch.clear();
+  EXPECT_TRUE(batch.empty());
+  EXPECT_TRUE(batch.text.empty());
 }
 
 TEST(EncodeJson, CanonicalOutput) {
