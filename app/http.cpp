@@ -58,32 +58,31 @@ std::string prometheus_text(const projection_status& s, const metrics& m, const 
   metric("qsp_state", "gauge", "current supervisor state (1 for the active one)");
   for (auto* st : {"starting", "verifying", "catching-up", "ready", "dirty", "refused", "stopped"})
     out += "qsp_state{" + lbl + ",state=\"" + st + "\"} " + (s.state == st ? "1" : "0") + "\n";
-  metric("qsp_next_offset", "gauge", "checkpointed next offset per partition");
-  for (auto& p : s.partitions)
-    out += "qsp_next_offset{" + lbl + ",partition=\"" + std::to_string(p.partition) + "\"} "
-           + std::to_string(p.next_offset) + "\n";
-  metric("qsp_start_target_offset", "gauge", "H0: the last stable offset at this start");
-  for (auto& p : s.partitions)
-    out += "qsp_start_target_offset{" + lbl + ",partition=\"" + std::to_string(p.partition) + "\"} "
-           + std::to_string(p.h0) + "\n";
-  metric("qsp_catch_up_lag", "gauge", "offsets left until H0");
-  for (auto& p : s.partitions)
-    out += "qsp_catch_up_lag{" + lbl + ",partition=\"" + std::to_string(p.partition) + "\"} "
-           + std::to_string(std::max<int64_t>(0, p.h0 - p.next_offset)) + "\n";
-  metric("qsp_log_end_offset", "gauge",
-         "end of the log as the consumer last saw it (cached high watermark, at least H0)");
-  for (auto& p : s.partitions)
-    out += "qsp_log_end_offset{" + lbl + ",partition=\"" + std::to_string(p.partition) + "\"} "
-           + std::to_string(p.log_end) + "\n";
-  metric("qsp_live_lag", "gauge", "offsets between the checkpoint and the log end");
-  for (auto& p : s.partitions)
-    out += "qsp_live_lag{" + lbl + ",partition=\"" + std::to_string(p.partition) + "\"} "
-           + std::to_string(p.live_lag) + "\n";
-  metric("qsp_last_progress_age_seconds", "gauge",
-         "seconds since the checkpoint last advanced while there is live lag (0: nothing to do)");
-  for (auto& p : s.partitions)
-    out += "qsp_last_progress_age_seconds{" + lbl + ",partition=\"" + std::to_string(p.partition)
-           + "\"} " + fmt::format("{:.3f}", static_cast<double>(p.progress_age_ms) / 1e3) + "\n";
+  // One gauge per partition: `value` gives its sample text.
+  auto per_partition = [&](const char* name, const char* help, auto value) {
+    metric(name, "gauge", help);
+    for (auto& p : s.partitions)
+      out += std::string{name} + "{" + lbl + ",partition=\"" + std::to_string(p.partition) + "\"} "
+             + value(p) + "\n";
+  };
+  auto num = [](int64_t v) { return std::to_string(v); };
+  per_partition("qsp_next_offset", "checkpointed next offset per partition",
+                [&](const partition_status& p) { return num(p.next_offset); });
+  per_partition("qsp_start_target_offset", "H0: the last stable offset at this start",
+                [&](const partition_status& p) { return num(p.h0); });
+  per_partition("qsp_catch_up_lag", "offsets left until H0", [&](const partition_status& p) {
+    return num(std::max<int64_t>(0, p.h0 - p.next_offset));
+  });
+  per_partition("qsp_log_end_offset",
+                "end of the log as the consumer last saw it (cached high watermark, at least H0)",
+                [&](const partition_status& p) { return num(p.log_end); });
+  per_partition("qsp_live_lag", "offsets between the checkpoint and the log end",
+                [&](const partition_status& p) { return num(p.live_lag); });
+  per_partition("qsp_last_progress_age_seconds",
+                "seconds since the checkpoint last advanced while there is live lag (0: nothing to do)",
+                [](const partition_status& p) {
+                  return fmt::format("{:.3f}", static_cast<double>(p.progress_age_ms) / 1e3);
+                });
   metric("qsp_open_transaction_gap", "gauge",
          "high watermark minus last stable offset at start (an open transaction pins progress)");
   for (auto& p : s.partitions) {

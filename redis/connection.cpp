@@ -137,6 +137,15 @@ caf::error connection::interrupted_error() const {
   return caf::make_error(ec::redis_unavailable, where() + ": interrupted");
 }
 
+caf::expected<bool> connection::wait_readable(int timeout_ms) {
+  pollfd pfd{ctx_->fd, POLLIN, 0};
+  int n = ::poll(&pfd, 1, timeout_ms);
+  if (n < 0 && errno != EINTR)
+    return caf::make_error(ec::redis_unavailable,
+                           where() + ": waiting for a reply: " + std::strerror(errno));
+  return n > 0;
+}
+
 caf::error connection::io_error(const std::string& what) const {
   if (interrupted())
     return caf::make_error(ec::redis_unavailable, where() + ": " + what + ": interrupted");
@@ -463,12 +472,10 @@ caf::expected<reply_ptr> connection::poll_reply(int timeout_ms, std::string_view
     return io_error("parsing a reply");
   if (raw != nullptr)
     return done();
-  pollfd pfd{ctx_->fd, POLLIN, 0};
-  int n = ::poll(&pfd, 1, timeout_ms);
-  if (n < 0 && errno != EINTR)
-    return caf::make_error(ec::redis_unavailable,
-                           where() + ": waiting for a reply: " + std::strerror(errno));
-  if (n <= 0)
+  auto readable = wait_readable(timeout_ms);
+  if (!readable)
+    return readable.error();
+  if (!*readable)
     return reply_ptr{};
   // Readable (or hung up): one read(2), which does not block now.
   if (redisBufferRead(ctx_) != REDIS_OK)
@@ -541,12 +548,10 @@ caf::expected<connection::integer_replies> connection::take_integer_replies(size
     const size_t have = in_end_ - in_begin_;
     const size_t total = std::min(4 * max, input_capacity);
     set_lowat(static_cast<int>(total > have ? total - have : 1));
-    pollfd pfd{ctx_->fd, POLLIN, 0};
-    int n = ::poll(&pfd, 1, timeout_ms);
-    if (n < 0 && errno != EINTR)
-      return caf::make_error(ec::redis_unavailable,
-                             where() + ": waiting for a reply: " + std::strerror(errno));
-    if (n <= 0)
+    auto readable = wait_readable(timeout_ms);
+    if (!readable)
+      return readable.error();
+    if (!*readable)
       return out;
   }
   if (in_begin_ > 0) {

@@ -158,6 +158,9 @@ private:
 
   connection(settings cfg, std::string where, redisContext* ctx, void* ssl);
   caf::error io_error(const std::string& what) const;
+  /// poll(2) for input, at most timeout_ms: true once readable (or hung up),
+  /// false on a timeout, an error naming the failure otherwise.
+  caf::expected<bool> wait_readable(int timeout_ms);
   caf::error interrupted_error() const;
   /// Gives the input take_integer_replies() read but did not consume to
   /// hiredis' reader (before hiredis reads anything, so the order is kept).

@@ -52,18 +52,6 @@ namespace {
 
 const qsp::test::services& ha() { return *qsp::test::ha_env(); }
 
-// Skips without an HA set; fails instead when QSP_REQUIRE_HA is set
-// (scripts/test --ha), so a set that is not found cannot pass as skipped.
-#define REQUIRE_HA_SET()                                   \
-  do {                                                     \
-    std::string why_;                                      \
-    if (qsp::test::ha_env(&why_) == nullptr) {             \
-      if (std::getenv("QSP_REQUIRE_HA") != nullptr)        \
-        FAIL() << why_;                                    \
-      GTEST_SKIP() << why_;                                \
-    }                                                      \
-  } while (false)
-
 uint64_t seed() {
   static const uint64_t s = [] {
     const char* env = std::getenv("QSP_FAULT_SEED");

@@ -26,18 +26,6 @@ namespace {
 
 const services& ha() { return *qsp::test::ha_env(); }
 
-// Skips without an HA set; fails instead when QSP_REQUIRE_HA is set
-// (scripts/test --ha), so a set that is not found cannot pass as skipped.
-#define REQUIRE_HA_SET()                                   \
-  do {                                                     \
-    std::string why_;                                      \
-    if (qsp::test::ha_env(&why_) == nullptr) {             \
-      if (std::getenv("QSP_REQUIRE_HA") != nullptr)        \
-        FAIL() << why_;                                    \
-      GTEST_SKIP() << why_;                                \
-    }                                                      \
-  } while (false)
-
 /// "field:value" lines of INFO replication at host:port (empty if it does not answer).
 std::map<std::string, std::string> replication_info(const std::string& host_port) {
   std::map<std::string, std::string> out;

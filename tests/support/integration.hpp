@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <optional>
 #include <thread>
@@ -45,6 +46,19 @@ const services& env();
 /// it), else from .services/env; nullptr when none of these describes an HA
 /// set, with the reason in `why`.  HA tests skip then.
 const services* ha_env(std::string* why = nullptr);
+
+// In a gtest body: skips without an HA set; fails instead when
+// QSP_REQUIRE_HA is set (scripts/test --ha), so a set that is not found
+// cannot pass as skipped.
+#define REQUIRE_HA_SET()                                   \
+  do {                                                     \
+    std::string why_;                                      \
+    if (qsp::test::ha_env(&why_) == nullptr) {             \
+      if (std::getenv("QSP_REQUIRE_HA") != nullptr)        \
+        FAIL() << why_;                                    \
+      GTEST_SKIP() << why_;                                \
+    }                                                      \
+  } while (false)
 
 /// Runs `scripts/services ARGS` on the set `s` (QSP_SERVICES_DIR = its state
 /// dir), e.g. "kill-broker 2"; its exit code.
