@@ -39,6 +39,15 @@ caf::expected<verified_start> verifier_state::run(const projection_settings& cfg
   vs.starts = r->plan.starts();
   vs.checkpoints = r->validated.next_offsets;
   vs.epochs = r->leader_epochs;
+  // DESIGN §14: a checkpoint without a known epoch (older data, or a
+  // position whose epoch was unknown) is accepted with a warning; the next
+  // checkpoint write stores one.
+  if (gen.logs)
+    for (auto& [p, next] : vs.checkpoints)
+      if (vs.epochs.count(p) == 0)
+        gen.logs->warn("partition {}: no leader epoch stored with checkpoint {}: this start is "
+                       "not validated against a truncated log; the next checkpoint stores one",
+                       p, next);
   vs.h0 = r->plan.h0();
   for (size_t p = 0; p < r->broker.true_high.size(); ++p)
     vs.true_high[static_cast<int32_t>(p)] = r->broker.true_high[p];
