@@ -4,7 +4,10 @@
 
 #include <functional>
 #include <memory>
+#include <map>
 #include <mutex>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "messages/log.hpp"
@@ -26,6 +29,16 @@ struct generation {
   std::shared_ptr<broker_inspector> broker;
   /// The projection's log (every line tagged with topic and namespace).
   log_ptr logs;
+
+  /// Ownership (DESIGN.md §12), set by the supervisor before the verifier
+  /// runs: every partition (`all`), or the ones in `owned`.  The verifier
+  /// claims each owned partition without an epoch in `owner_epochs` and
+  /// records the new epoch there (kept by the supervisor even when the
+  /// generation fails later: it still owns the partition).
+  bool own_all = true;
+  std::set<int32_t> owned;
+  std::map<int32_t, uint64_t> owner_epochs;
+  std::string node;
 
   /// Interrupts every tracked store now and every store tracked later.
   void abort();

@@ -2,6 +2,9 @@
 
 #include "actors/inspection.hpp"
 
+#include <algorithm>
+#include <chrono>
+
 #include "caf/event_based_actor.hpp"
 
 namespace qsp {
@@ -25,9 +28,34 @@ caf::expected<verified_start> verifier_state::run(const projection_settings& cfg
     return made.error();
   std::shared_ptr<checkpoint_store> store = std::move(*made);
   gen.track(store);
+  // DESIGN.md §12: claim before reading, so the checkpoints read below can
+  // no longer move under a former owner (its writes are fenced from here on).
+  if (!gen.own_all)
+    for (auto p : gen.owned) {
+      if (gen.owner_epochs.count(p) > 0)
+        continue;
+      auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                   std::chrono::system_clock::now().time_since_epoch())
+                   .count();
+      auto epoch = store->claim(cfg.topic, p, gen.node, now);
+      if (!epoch)
+        return epoch.error();
+      gen.owner_epochs[p] = *epoch;
+      if (gen.logs)
+        gen.logs->info("partition {}: claimed by {} with epoch {}", p, gen.node, *epoch);
+    }
   auto r = inspect_startup(cfg, *broker, *store);
   if (!r)
     return r.error();
+  if (!gen.own_all) {
+    // Problems of partitions another node owns are that node's to report.
+    auto& ps = r->problems;
+    ps.erase(std::remove_if(ps.begin(), ps.end(),
+                            [&](const core::problem& x) {
+                              return x.partition && gen.owned.count(*x.partition) == 0;
+                            }),
+             ps.end());
+  }
   if (!r->ok())
     return refusal(r->problems);
   if (r->maxmemory_policy != "noeviction" && gen.logs)
@@ -44,7 +72,7 @@ caf::expected<verified_start> verifier_state::run(const projection_settings& cfg
   // checkpoint write stores one.
   if (gen.logs)
     for (auto& [p, next] : vs.checkpoints)
-      if (vs.epochs.count(p) == 0)
+      if (vs.epochs.count(p) == 0 && (gen.own_all || gen.owned.count(p) > 0))
         gen.logs->warn("partition {}: no leader epoch stored with checkpoint {}: this start is "
                        "not validated against a truncated log; the next checkpoint stores one",
                        p, next);
@@ -52,6 +80,18 @@ caf::expected<verified_start> verifier_state::run(const projection_settings& cfg
   for (size_t p = 0; p < r->broker.true_high.size(); ++p)
     vs.true_high[static_cast<int32_t>(p)] = r->broker.true_high[p];
   vs.retention_ms = r->broker.retention_ms;
+  if (!gen.own_all) {
+    auto keep = [&](auto& m) {
+      for (auto i = m.begin(); i != m.end();)
+        i = gen.owned.count(i->first) > 0 ? std::next(i) : m.erase(i);
+    };
+    keep(vs.starts);
+    keep(vs.checkpoints);
+    keep(vs.epochs);
+    keep(vs.h0);
+    vs.owner_epochs = gen.owner_epochs;
+    keep(vs.owner_epochs);
+  }
   // Create the consumer with the explicit starts; it checks [low, high] itself.
   if (auto started = gen.log->start(vs.starts, vs.epochs); !started)
     return started.error();

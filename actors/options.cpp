@@ -7,6 +7,7 @@
 #include "caf/config_option_adder.hpp"
 #include "caf/settings.hpp"
 
+#include "core/cluster.hpp"
 #include "core/endpoint.hpp"
 #include "qsession/projection/types.hpp"
 
@@ -27,6 +28,16 @@ std::string prefixed(const std::string& group, const char* category) {
 }
 
 } // namespace
+
+const char* to_string(ownership_mode m) {
+  switch (m) {
+    case ownership_mode::all: return "all";
+    case ownership_mode::static_set: return "static";
+    case ownership_mode::group: return "group";
+    case ownership_mode::host: return "host";
+  }
+  return "?";
+}
 
 caf::error projection_settings::validate() const {
   if (topic.empty())
@@ -61,6 +72,28 @@ caf::error projection_settings::validate() const {
   if (ms(shutdown_timeout) < 1 || shutdown_timeout > std::chrono::hours(1))
     return bad("projection.shutdown-timeout",
                "a duration in [1ms, 1h], got " + std::to_string(ms(shutdown_timeout)) + "ms");
+  if (ownership == ownership_mode::static_set) {
+    if (partitions.empty())
+      return bad("projection.partitions",
+                 "required with projection.ownership = static, e.g. \"0-5,9\"");
+    for (size_t i = 0; i < partitions.size(); ++i)
+      if (partitions[i] < 0 || partitions[i] >= partition_count
+          || (i > 0 && partitions[i] <= partitions[i - 1]))
+        return bad("projection.partitions",
+                   "sorted, distinct partitions in [0, " + std::to_string(partition_count - 1)
+                     + "], got " + std::to_string(partitions[i]) + " at position "
+                     + std::to_string(i));
+  } else if (!partitions.empty()) {
+    return bad("projection.partitions",
+               std::string{"only with projection.ownership = static (it is "} + to_string(ownership)
+                 + ")");
+  }
+  if (ms(heartbeat_interval) < 10 || heartbeat_interval > std::chrono::minutes(1))
+    return bad("projection.heartbeat-interval",
+               "a duration in [10ms, 1min], got " + std::to_string(ms(heartbeat_interval)) + "ms");
+  if (kafka.session_timeout.count() < 1000 || kafka.session_timeout > std::chrono::hours(1))
+    return bad("kafka.session-timeout-ms",
+               "an integer in [1000, 3600000], got " + std::to_string(kafka.session_timeout.count()));
   if (kafka.bootstrap_servers.empty())
     return bad("kafka.bootstrap-servers", "must not be empty");
   if (kafka.timeout.count() <= 0)
@@ -120,6 +153,17 @@ void add_options(caf::config_option_set& opts, const std::string& group) {
                         "how long a shutdown waits for the actors and I/O to stop (default: 10s)")
     .add<caf::timespan>("progress-interval",
                         "catch-up (and audit) progress log line interval (default: 5s)")
+    .add<std::string>("ownership",
+                      "who owns which partitions: all (this node, the default), static "
+                      "(projection.partitions), group (Kafka's consumer group decides) or host "
+                      "(the embedding host assigns); docs/CLUSTER.md")
+    .add<std::string>("partitions", "with ownership = static: the partitions, e.g. \"0-5,9\"")
+    .add<std::string>("node-id",
+                      "this node's name in ownership records and the cluster status (default: "
+                      "<hostname>-<pid>)")
+    .add<caf::timespan>("heartbeat-interval",
+                        "clustered modes: publish this node's status and read the namespace's "
+                        "this often; a status lives for three (default: 500ms)")
     .add<bool>("allow-shared-convs-prefix",
                "allow a second projection in one process to write the same convs-prefix on the "
                "same Redis under another namespace (default: false)");
@@ -131,7 +175,10 @@ void add_options(caf::config_option_set& opts, const std::string& group) {
                       "qsession-projection)")
     .add<std::vector<std::string>>("properties",
                                    "extra librdkafka properties, [\"key=value\", ...] (default: none)")
-    .add<int64_t>("timeout-ms", "admin/metadata request timeout (default: 10000)");
+    .add<int64_t>("timeout-ms", "admin/metadata request timeout (default: 10000)")
+    .add<int64_t>("session-timeout-ms",
+                  "ownership = group: a member silent this long loses its partitions "
+                  "(default: 6000)");
   caf::config_option_adder{opts, prefixed(group, "redis")}
     .add<std::string>("host", "Redis host, not with sentinels (default: 127.0.0.1)")
     .add<int64_t>("port", "Redis port, not with sentinels (default: 6379)")
@@ -200,6 +247,27 @@ caf::expected<projection_settings> read_settings(const caf::settings& content,
   s.progress_interval = get("projection", "progress-interval", s.progress_interval);
   s.idle_poll = get("projection", "idle-poll", s.idle_poll);
   s.allow_shared_convs_prefix = get("projection", "allow-shared-convs-prefix", false);
+  auto mode = get("projection", "ownership", std::string{"all"});
+  if (mode == "all")
+    s.ownership = ownership_mode::all;
+  else if (mode == "static")
+    s.ownership = ownership_mode::static_set;
+  else if (mode == "group")
+    s.ownership = ownership_mode::group;
+  else if (mode == "host")
+    s.ownership = ownership_mode::host;
+  else
+    return bad(key("projection", "ownership"),
+               "one of all, static, group, host, got \"" + mode + "\"");
+  if (auto text = caf::get_if<std::string>(&content, key("projection", "partitions"))) {
+    std::string why;
+    auto list = core::parse_partition_list(*text, s.partition_count, why);
+    if (!list)
+      return bad(key("projection", "partitions"), why);
+    s.partitions = std::move(*list);
+  }
+  s.node_id = get("projection", "node-id", s.node_id);
+  s.heartbeat_interval = get("projection", "heartbeat-interval", s.heartbeat_interval);
 
   auto& k = s.kafka;
   k.bootstrap_servers = get("kafka", "bootstrap-servers", k.bootstrap_servers);
@@ -208,6 +276,10 @@ caf::expected<projection_settings> read_settings(const caf::settings& content,
   if (auto err = in_range("kafka", "timeout-ms", k.timeout.count(), 1, 3600 * 1000, n))
     return err;
   k.timeout = std::chrono::milliseconds(n);
+  if (auto err = in_range("kafka", "session-timeout-ms", k.session_timeout.count(), 1000,
+                          3600 * 1000, n))
+    return err;
+  k.session_timeout = std::chrono::milliseconds(n);
   for (auto& kv : get("kafka", "properties", std::vector<std::string>{})) {
     auto eq = kv.find('=');
     if (eq == std::string::npos || eq == 0)

@@ -219,7 +219,11 @@ writer_state::checkpoint_fenced(uint64_t answered, caf::actor_clock::time_point 
     // Every reply of every batch up to cp.next_offset was read and none was
     // an error, and the identity was confirmed after they were fetched.
     auto& cur = stored[p];
-    if (auto ok = gen->checkpoints->write_checkpoint(id, p, cur, cp.next_offset, epochs[p]); !ok)
+    auto owner = owner_epochs.find(p);
+    if (auto ok = gen->checkpoints->write_checkpoint(
+          id, p, cur, cp.next_offset, epochs[p],
+          owner == owner_epochs.end() ? uint64_t{0} : owner->second);
+        !ok)
       return ok.error();
     cur = cp.next_offset;
     stats->records += cp.records;
@@ -313,6 +317,7 @@ redis_writer(writer_actor::stateful_pointer<writer_state> self, projection_setti
   auto& st = self->state;
   st.gen = std::move(gen);
   st.id = vs.id;
+  st.owner_epochs = vs.owner_epochs;
   st.stats = std::move(stats);
   // Partitions without a stored checkpoint start from "absent" (bootstrap).
   for (auto& [p, start] : vs.starts) {

@@ -24,6 +24,8 @@ struct writer_state {
   std::shared_ptr<generation> gen;
   std::shared_ptr<session_store> sessions;
   core::identity id;
+  /// DESIGN.md §12: the ownership epoch each checkpoint write is fenced with.
+  std::map<int32_t, uint64_t> owner_epochs;
   /// The end offset of the last batch sent per partition (-1: no checkpoint
   /// stored yet): batches that add nothing are answered at once.
   std::map<int32_t, int64_t> sent;

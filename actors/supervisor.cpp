@@ -7,6 +7,9 @@
 // watching them, and answers once every one is down and every I/O resource
 // of the projection (Redis connections, librdkafka handles) is released.
 #include <algorithm>
+#include <charconv>
+#include <optional>
+#include <unistd.h>
 #include <random>
 #include <string_view>
 #include <set>
@@ -16,6 +19,7 @@
 #include "caf/stateful_actor.hpp"
 #include "caf/typed_event_based_actor.hpp"
 
+#include "actors/cluster_member.hpp"
 #include "actors/generation.hpp"
 #include "actors/identity_fence.hpp"
 #include "actors/metadata_verifier.hpp"
@@ -25,12 +29,20 @@
 #include "actors/redis_writer.hpp"
 #include "actors/session_reader.hpp"
 #include "actors/supervisor.hpp"
+#include "caf/scoped_actor.hpp"
+#include "core/cluster.hpp"
 
 namespace qsp {
 
 namespace {
 
 using supervisor_pointer = supervisor_actor::stateful_pointer<supervisor_state>;
+
+// The PULL_SESSION_LIST gate: this node runs (state ready) and, in the
+// clustered modes, every partition of the namespace is ready (DESIGN §12).
+bool gate_open(const supervisor_state& st) {
+  return st.state == "ready" && (!st.cfg.clustered() || st.namespace_ready);
+}
 
 projection_status snapshot(const supervisor_state& st) {
   projection_status s;
@@ -45,6 +57,11 @@ projection_status snapshot(const supervisor_state& st) {
   s.batches = st.stats->batches.load();
   s.failures = st.failures;
   s.true_high = st.true_high;
+  s.ownership = to_string(st.cfg.ownership);
+  s.node = st.node;
+  s.owned.assign(st.owned.begin(), st.owned.end());
+  s.namespace_ready = st.cfg.clustered() ? st.namespace_ready : st.ready;
+  s.cluster = st.cluster;
   return s;
 }
 
@@ -59,7 +76,7 @@ void transition(supervisor_pointer self, std::string next, const std::string& wh
   if (st.state != next)
     st.logs->info("{} -> {}{}{}", st.state, next, why.empty() ? "" : ": ", why);
   st.state = std::move(next);
-  st.ready = st.state == "ready";
+  st.ready = gate_open(st);
   notify(self);
 }
 
@@ -106,9 +123,44 @@ void stop_children(supervisor_pointer self, caf::error reason = caf::exit_reason
 
 void start_generation(supervisor_pointer self);
 
-void fail(supervisor_pointer self, const caf::error& err) {
+std::optional<int32_t> partition_named(const caf::error& err) {
+  // Port errors about one partition start with "partition <n>:".
+  auto text = describe(err);
+  auto at = text.find("partition ");
+  if (at == std::string::npos)
+    return std::nullopt;
+  int32_t p = 0;
+  auto first = text.data() + at + 10, last = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(first, last, p);
+  if (ec != std::errc{} || ptr == first)
+    return std::nullopt;
+  return p;
+}
+
+// Another node claimed partition `p` (its epoch is newer than ours): in the
+// group and host modes it moved on and this node lets it go; with static
+// ownership two nodes list it, which an operator must fix.
+caf::error on_fenced(supervisor_pointer self, int32_t p, const std::string& why) {
+  auto& st = self->state;
+  if (st.cfg.ownership == ownership_mode::static_set)
+    return caf::make_error(ec::refused, why + " (projection.ownership = static: is partition "
+                                          + std::to_string(p)
+                                          + " in projection.partitions of two nodes?)");
+  st.logs->warn("partition {}: fenced, another node owns it now; giving it up: {}", p, why);
+  st.owned.erase(p);
+  st.owner_epochs.erase(p);
+  st.h0.erase(p);
+  return caf::none;
+}
+
+void fail(supervisor_pointer self, caf::error err) {
   auto& st = self->state;
   stop_children(self);
+  if (err.category() == caf::atom("qsp") && static_cast<ec>(err.code()) == ec::fenced) {
+    if (auto p = partition_named(err))
+      if (auto refused = on_fenced(self, *p, describe(err)))
+        err = refused;
+  }
   std::string kind = err.category() == caf::atom("qsp") ? to_string(static_cast<ec>(err.code()))
                                                         : caf::to_string(err);
   st.failures[kind] += 1;
@@ -128,6 +180,9 @@ void fail(supervisor_pointer self, const caf::error& err) {
         st.logs->error("refused: {}", line);
       text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
     }
+    for (auto& rp : st.assigns)
+      rp.deliver(err);
+    st.assigns.clear();
     transition(self, "refused", "operator action needed");
     return;
   }
@@ -149,6 +204,14 @@ void fail(supervisor_pointer self, const caf::error& err) {
 void on_verified(supervisor_pointer self, verified_start vs, std::shared_ptr<generation> gen) {
   auto& st = self->state;
   st.true_high = vs.true_high;
+  st.h0 = vs.h0;
+  for (auto& [p, e] : vs.owner_epochs)
+    if (st.owned.count(p) > 0)
+      st.owner_epochs[p] = e;
+  // The partitions asked for are claimed, verified and consuming.
+  for (auto& rp : st.assigns)
+    rp.deliver(caf::ok_atom_v);
+  st.assigns.clear();
   if (vs.meta_created)
     st.logs->info("created {}:meta (cluster {}, topic id {})", st.cfg.ns, vs.id.cluster_id,
                   vs.id.topic_id);
@@ -190,6 +253,10 @@ void start_generation(supervisor_pointer self) {
   auto gen = std::make_shared<generation>();
   gen->ports = st.ports;
   gen->logs = st.logs;
+  gen->own_all = !st.cfg.clustered();
+  gen->owned = st.owned;
+  gen->owner_epochs = st.owner_epochs;
+  gen->node = st.node;
   st.life->gen = gen;
   st.verifier = st.opts.detached_io ? self->spawn<caf::detached>(metadata_verifier, st.cfg, gen)
                                     : self->spawn(metadata_verifier, st.cfg, gen);
@@ -202,9 +269,163 @@ void start_generation(supervisor_pointer self) {
           on_verified(self, std::move(vs), gen);
       },
       [=](caf::error& err) {
-        if (self->state.generation == id && !self->state.stopping)
-          fail(self, err);
+        auto& st = self->state;
+        if (st.generation != id || st.stopping)
+          return;
+        // Claims made before the failure stand: this node still owns them.
+        for (auto& [p, e] : gen->owner_epochs)
+          if (st.owned.count(p) > 0)
+            st.owner_epochs[p] = e;
+        fail(self, err);
       });
+}
+
+// -- ownership changes (DESIGN.md §12) -----------------------------------------
+
+void finish_regeneration(supervisor_pointer self) {
+  auto& st = self->state;
+  st.regenerating = false;
+  // Nothing of the old generation runs any more: no checkpoint of a revoked
+  // partition can follow (and a late one would be fenced anyway).
+  for (auto& rp : st.revokes)
+    rp.deliver(caf::ok_atom_v);
+  st.revokes.clear();
+  st.attempt = 0;
+  start_generation(self);
+}
+
+// Stops the running generation (unconfirmed batches get no checkpoint) and
+// starts the next one, with the current ownership, once all of it is down.
+void regenerate(supervisor_pointer self) {
+  auto& st = self->state;
+  if (st.stopping)
+    return;
+  if (st.state == "refused") {
+    for (auto& rp : st.revokes)
+      rp.deliver(caf::ok_atom_v);
+    st.revokes.clear();
+    for (auto& rp : st.assigns)
+      rp.deliver(caf::make_error(ec::refused, st.last_error));
+    st.assigns.clear();
+    return;
+  }
+  st.regenerating = true;
+  ++st.generation; // outdates a pending verification and backoff timer
+  stop_children(self, caf::exit_reason::user_shutdown, true);
+  if (st.dying.empty())
+    finish_regeneration(self);
+}
+
+std::vector<owned_status> published(const supervisor_state& st,
+                                    const std::vector<partition_status>& parts) {
+  std::map<int32_t, const partition_status*> progress;
+  for (auto& ps : parts)
+    progress[ps.partition] = &ps;
+  bool running = st.state == "catching-up" || st.state == "ready";
+  std::vector<owned_status> out;
+  for (auto p : st.owned) {
+    auto e = st.owner_epochs.find(p);
+    if (e == st.owner_epochs.end())
+      continue; // not claimed yet: nothing to publish
+    owned_status o;
+    o.partition = p;
+    o.epoch = e->second;
+    o.state = st.state;
+    if (auto i = progress.find(p); running && i != progress.end()) {
+      o.h0 = i->second->h0;
+      o.next_offset = i->second->next_offset;
+      o.caught_up = o.next_offset >= o.h0;
+    }
+    out.push_back(o);
+  }
+  return out;
+}
+
+void on_report(supervisor_pointer self, const cluster_report& rep) {
+  auto& st = self->state;
+  bool refresh = false;
+  for (auto p : rep.fenced) {
+    if (st.owned.count(p) == 0)
+      continue;
+    auto why = "partition " + std::to_string(p) + ": the owner record names another node or a "
+               "newer epoch than " + std::to_string(st.owner_epochs[p]);
+    if (auto refused = on_fenced(self, p, why)) {
+      fail(self, refused);
+      return;
+    }
+    refresh = true;
+  }
+  bool was = st.namespace_ready;
+  if (!rep.error.empty()) {
+    if (st.cluster_error.empty())
+      st.logs->warn("cluster view unavailable, namespace not ready: {}", rep.error);
+    st.cluster_error = rep.error;
+    st.namespace_ready = false;
+  } else {
+    st.cluster_error.clear();
+    st.cluster = rep.view;
+    st.namespace_ready = !rep.view.empty()
+                         && std::all_of(rep.view.begin(), rep.view.end(),
+                                        [](const cluster_partition& c) { return c.ready; });
+  }
+  if (was != st.namespace_ready) {
+    if (st.namespace_ready) {
+      st.logs->info("namespace ready: every partition has a live owner at its H0");
+    } else {
+      std::string held;
+      for (auto& c : st.cluster)
+        if (!c.ready)
+          held += (held.empty() ? "" : "; ") + std::to_string(c.partition) + ": " + c.why;
+      st.logs->info("namespace not ready: {}", rep.error.empty() ? held : rep.error);
+    }
+  }
+  bool gate = gate_open(st);
+  if (gate != st.ready || was != st.namespace_ready) {
+    st.ready = gate;
+    notify(self);
+  }
+  if (refresh)
+    regenerate(self);
+}
+
+// One cluster heartbeat: the aggregator's progress, published; the
+// namespace's view, read; the next one after the answer.
+void heartbeat(supervisor_pointer self) {
+  auto& st = self->state;
+  if (st.stopping || !st.member)
+    return;
+  auto id = st.generation;
+  auto timeout = st.cfg.redis.command_timeout + std::chrono::seconds(1);
+  auto send = [=](std::vector<partition_status> parts) {
+    auto& st = self->state;
+    if (st.stopping)
+      return;
+    self->request(st.member, timeout, atom::heartbeat_v, published(st, parts))
+      .then(
+        [=](cluster_report& rep) {
+          if (self->state.stopping)
+            return;
+          on_report(self, rep);
+          self->delayed_send(self, self->state.cfg.heartbeat_interval, atom::heartbeat_v);
+        },
+        [=](caf::error& err) {
+          if (self->state.stopping)
+            return;
+          on_report(self, cluster_report{{}, {}, describe(err)});
+          self->delayed_send(self, self->state.cfg.heartbeat_interval, atom::heartbeat_v);
+        });
+  };
+  if (!st.aggregator) {
+    send({});
+    return;
+  }
+  self->request(st.aggregator, timeout, atom::status_v)
+    .then([=](std::vector<partition_status>& parts) {
+            // A generation started meanwhile: its aggregator's H0 is the one to publish.
+            send(self->state.generation == id ? std::move(parts)
+                                              : std::vector<partition_status>{});
+          },
+          [=](caf::error&) { send({}); });
 }
 
 // Answers every shutdown request once the children are down and the
@@ -239,6 +460,27 @@ void shutdown_tick(supervisor_pointer self) {
 void begin_shutdown(supervisor_pointer self) {
   auto& st = self->state;
   st.stopping = true;
+  for (auto& rp : st.revokes)
+    rp.deliver(caf::ok_atom_v);
+  st.revokes.clear();
+  for (auto& rp : st.assigns)
+    rp.deliver(caf::make_error(ec::shutting_down, "the projection is stopping"));
+  st.assigns.clear();
+  if (st.group)
+    st.group->leave(); // the survivors rebalance at once
+  if (st.member) {
+    // This node's statuses go first: its partitions are not ready from now
+    // on, whatever their next owner says.  The member quits after that.
+    std::vector<owned_status> gone;
+    for (auto& [p, e] : st.owner_epochs)
+      gone.push_back(owned_status{p, e, "stopped", -1, -1, false});
+    st.dying.insert(st.member.address());
+    auto member = st.member;
+    self->request(member, st.cfg.shutdown_timeout, atom::revoke_v, std::move(gone))
+      .then([=](caf::ok_atom) { self->send_exit(member, caf::exit_reason::user_shutdown); },
+            [=](caf::error&) { self->send_exit(member, caf::exit_reason::user_shutdown); });
+    st.member = nullptr;
+  }
   st.shutdown_deadline = self->clock().now() + st.cfg.shutdown_timeout;
   stop_children(self, caf::exit_reason::user_shutdown, true);
   // The factory holds the I/O token too: nothing restarts from here on.
@@ -276,6 +518,11 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
       st.dying.erase(msg.source);
       return;
     }
+    if (st.dying.erase(msg.source) > 0) {
+      if (st.regenerating && st.dying.empty())
+        finish_regeneration(self);
+      return;
+    }
     if (st.children.erase(msg.source) == 0)
       return;
     // A child whose request found its peer (another child) gone: the peer's
@@ -309,9 +556,78 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
     life->children.clear();
     if (life->gen)
       life->gen->abort();
+    if (life->member)
+      caf::anon_send_exit(life->member, caf::exit_reason::user_shutdown);
+    if (life->member_io)
+      life->member_io->abort();
     if (on_end)
       on_end();
   });
+  // Ownership (DESIGN.md §12).
+  st.node = st.cfg.node_id;
+  if (st.node.empty()) {
+    char host[256] = {};
+    if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0')
+      std::snprintf(host, sizeof(host), "node");
+    st.node = std::string{host} + "-" + std::to_string(getpid());
+  }
+  switch (st.cfg.ownership) {
+    case ownership_mode::all:
+      for (int32_t p = 0; p < st.cfg.partition_count; ++p)
+        st.owned.insert(p);
+      break;
+    case ownership_mode::static_set:
+      st.owned.insert(st.cfg.partitions.begin(), st.cfg.partitions.end());
+      break;
+    case ownership_mode::group:
+    case ownership_mode::host:
+      break; // until assigned
+  }
+  if (st.cfg.clustered()) {
+    st.logs->info("ownership {}, node {}{}", to_string(st.cfg.ownership), st.node,
+                  st.owned.empty() ? std::string{}
+                                   : ", partitions " + core::format_partition_list(std::vector<int32_t>(
+                                                         st.owned.begin(), st.owned.end())));
+    st.member_io = std::make_shared<qsp::generation>();
+    st.member_io->ports = st.ports;
+    st.member_io->logs = st.logs;
+    st.member = st.opts.detached_io
+                  ? self->spawn<caf::detached>(cluster_member, st.cfg, st.node, st.member_io)
+                  : self->spawn(cluster_member, st.cfg, st.node, st.member_io);
+    st.life->member = caf::actor_cast<caf::actor>(st.member);
+    st.life->member_io = st.member_io;
+    self->monitor(st.member);
+    self->send(self, atom::heartbeat_v);
+  }
+  if (st.cfg.ownership == ownership_mode::group) {
+    auto* sys = &self->system();
+    auto addr = self->address();
+    auto timeout = st.cfg.shutdown_timeout;
+    group_events ev;
+    ev.assigned = [sys, addr](const std::vector<int32_t>& parts) {
+      if (auto sup = caf::actor_cast<caf::actor>(addr))
+        caf::anon_send(caf::actor_cast<projection_actor>(sup), atom::assign_v, parts);
+    };
+    ev.revoked = [sys, addr, timeout](const std::vector<int32_t>& parts, bool) {
+      auto sup = caf::actor_cast<caf::actor>(addr);
+      if (!sup)
+        return;
+      // The group moves them on only after this returns.
+      caf::scoped_actor blocking{*sys};
+      blocking->request(caf::actor_cast<projection_actor>(sup), timeout, atom::revoke_v, parts)
+        .receive([](caf::ok_atom) {}, [](caf::error&) {});
+    };
+    ev.failed = [addr](const caf::error& err) {
+      if (auto sup = caf::actor_cast<caf::actor>(addr))
+        caf::anon_send(caf::actor_cast<supervisor_actor>(sup), atom::verify_v, err);
+    };
+    auto made = st.ports->make_group_member(std::move(ev));
+    if (!made) {
+      self->send(self, atom::verify_v, made.error());
+    } else {
+      st.group = std::move(*made);
+    }
+  }
   self->send(self, atom::restart_v, uint64_t{0});
   return {
     [=](atom::status) -> caf::result<projection_status> {
@@ -377,6 +693,70 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
     [=](atom::tick) {
       if (self->state.stopping && !self->state.shutdowns.empty())
         shutdown_tick(self);
+    },
+    [=](atom::assign, const std::vector<int32_t>& parts) -> caf::result<caf::ok_atom> {
+      auto& st = self->state;
+      if (st.cfg.ownership != ownership_mode::host && st.cfg.ownership != ownership_mode::group)
+        return caf::make_error(ec::invalid_config,
+                               std::string{"assign: projection.ownership is "}
+                                 + to_string(st.cfg.ownership) + ", not host");
+      for (auto p : parts)
+        if (p < 0 || p >= st.cfg.partition_count)
+          return caf::make_error(ec::invalid_config,
+                                 "assign: partition " + std::to_string(p) + " is outside [0, "
+                                   + std::to_string(st.cfg.partition_count - 1) + "]");
+      if (st.stopping)
+        return caf::make_error(ec::shutting_down, "the projection is stopping");
+      if (st.state == "refused")
+        return caf::make_error(ec::refused, st.last_error);
+      std::vector<int32_t> added;
+      for (auto p : parts)
+        if (st.owned.insert(p).second)
+          added.push_back(p);
+      if (added.empty())
+        return caf::ok_atom_v;
+      st.logs->info("assigned partitions {}", core::format_partition_list(added));
+      auto rp = self->make_response_promise<caf::ok_atom>();
+      st.assigns.push_back(rp);
+      regenerate(self);
+      return rp;
+    },
+    [=](atom::revoke, const std::vector<int32_t>& parts) -> caf::result<caf::ok_atom> {
+      auto& st = self->state;
+      if (st.cfg.ownership != ownership_mode::host && st.cfg.ownership != ownership_mode::group)
+        return caf::make_error(ec::invalid_config,
+                               std::string{"revoke: projection.ownership is "}
+                                 + to_string(st.cfg.ownership) + ", not host");
+      std::vector<owned_status> gone;
+      std::vector<int32_t> dropped;
+      for (auto p : parts) {
+        if (st.owned.erase(p) == 0)
+          continue;
+        dropped.push_back(p);
+        if (auto e = st.owner_epochs.find(p); e != st.owner_epochs.end()) {
+          gone.push_back(owned_status{p, e->second, "revoked", -1, -1, false});
+          st.owner_epochs.erase(e);
+        }
+        st.h0.erase(p);
+      }
+      if (dropped.empty() || st.stopping)
+        return caf::ok_atom_v;
+      st.logs->info("revoked partitions {}", core::format_partition_list(dropped));
+      if (st.member && !gone.empty())
+        self->request(st.member, caf::infinite, atom::revoke_v, std::move(gone))
+          .then([](caf::ok_atom) {}, [](caf::error&) {});
+      auto rp = self->make_response_promise<caf::ok_atom>();
+      st.revokes.push_back(rp);
+      regenerate(self);
+      return rp;
+    },
+    [=](atom::heartbeat) { heartbeat(self); },
+    [=](atom::verify, const caf::error& err) {
+      // The group membership cannot go on (authorization, a fatal error).
+      auto& st = self->state;
+      if (st.stopping || st.state == "refused")
+        return;
+      fail(self, is_refusal(err) ? err : caf::make_error(ec::refused, describe(err)));
     },
     [=](atom::shutdown) -> caf::result<caf::ok_atom> {
       auto& st = self->state;

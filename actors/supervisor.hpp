@@ -51,12 +51,40 @@ struct supervisor_state {
   writer_actor writer;
   reader_actor reader;
   std::vector<consumer_actor> consumers;
+
+  // -- ownership (DESIGN.md §12) -------------------------------------------
+  std::string node;
+  /// The partitions this node owns: every one with ownership = all.
+  std::set<int32_t> owned;
+  /// Their ownership epochs, once claimed (clustered modes).
+  std::map<int32_t, uint64_t> owner_epochs;
+  /// The H0 of each partition of the running generation.
+  std::map<int32_t, int64_t> h0;
+  /// The generation is stopping for an ownership change; the next starts
+  /// once every child of it is down (they are in `dying`).
+  bool regenerating = false;
+  /// revoke requests, answered once the generation that owned their
+  /// partitions has stopped.
+  std::vector<caf::typed_response_promise<caf::ok_atom>> revokes;
+  /// assign requests, answered once a generation owning their partitions
+  /// runs (or the projection is refused or stopped).
+  std::vector<caf::typed_response_promise<caf::ok_atom>> assigns;
+  /// The cluster heartbeat and what it last saw.
+  member_actor member;
+  std::shared_ptr<qsp::generation> member_io;
+  bool namespace_ready = false;
+  std::vector<cluster_partition> cluster;
+  std::string cluster_error;
+  /// ownership = group: the membership (its own thread and handle).
+  std::unique_ptr<group_membership> group;
   /// The current generation and children, shared with the termination hook,
   /// which ends them however the supervisor ends (children are monitored,
   /// not linked: a link would also bring their exits here as exit messages).
   struct lifeline {
     std::shared_ptr<qsp::generation> gen;
     std::vector<caf::actor> children;
+    caf::actor member;                         ///< the cluster heartbeat
+    std::shared_ptr<qsp::generation> member_io; ///< its blocking calls
   };
   std::shared_ptr<lifeline> life = std::make_shared<lifeline>();
 };

@@ -1,5 +1,7 @@
 #include "adapters/real_ports.hpp"
 
+#include "kafka/group_member.hpp"
+
 #include <mutex>
 #include <optional>
 
@@ -49,7 +51,8 @@ namespace {
 class real_ports final : public port_factory {
 public:
   real_ports(const projection_settings& s, real_ports_options opts)
-    : kafka_(kafka_config_of(s)), redis_(redis_config_of(s)), io_(opts.io), logs_(opts.logs) {
+    : kafka_(kafka_config_of(s)), redis_(redis_config_of(s)), io_(opts.io), logs_(opts.logs),
+      session_timeout_ms_(static_cast<int>(s.kafka.session_timeout.count())) {
     kafka_.client.logs = opts.logs;
     kafka_.client.keepalive = opts.io;
     redis_.keepalive = opts.io;
@@ -103,6 +106,26 @@ public:
     return std::shared_ptr<dispatch_log>{std::move(*c)};
   }
 
+  caf::expected<std::unique_ptr<group_membership>> make_group_member(group_events events) override {
+    kafka::group_member_config g;
+    g.client = kafka_.client;
+    g.group_id = kafka_.group_id;
+    g.topic = kafka_.topic;
+    g.session_timeout_ms = session_timeout_ms_;
+    return kafka::make_group_member(std::move(g), std::move(events));
+  }
+
+  caf::expected<std::unique_ptr<cluster_store>> make_cluster_store() override {
+    // Its own resolution of the primary: the heartbeat's reconnects never
+    // move the pin the generation's connections share.
+    auto cfg = redis_;
+    cfg.pin = nullptr;
+    auto s = redis::redis_cluster_store::open(cfg);
+    if (!s)
+      return s.error();
+    return std::unique_ptr<cluster_store>{std::move(*s)};
+  }
+
 private:
   kafka::dispatch_log_consumer_config kafka_;
   redis::settings redis_;
@@ -110,6 +133,7 @@ private:
   log_ptr logs_;
   std::mutex announce_mtx_;
   std::optional<redis::address> announced_; ///< the primary last logged
+  int session_timeout_ms_;
 };
 
 } // namespace

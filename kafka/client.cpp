@@ -95,6 +95,7 @@ struct handle_context {
   log_ptr logs;
   std::shared_ptr<void> keepalive;
   bool group_in_use = false;
+  rebalance_fn on_rebalance;
 };
 
 bool about_coordinator(const char* text) {
@@ -175,7 +176,7 @@ caf::expected<handle_ptr>
 make_handle(rd_kafka_type_t type, const client_settings& cfg,
             const std::vector<std::pair<std::string, std::string>>& fixed,
             const std::vector<std::pair<std::string, std::string>>& defaults,
-            std::shared_ptr<error_sink> errors) {
+            std::shared_ptr<error_sink> errors, rebalance_fn on_rebalance) {
   for (auto& [k, v] : cfg.properties)
     for (auto& [fk, fv] : fixed)
       if (k == fk)
@@ -214,7 +215,13 @@ make_handle(rd_kafka_type_t type, const client_settings& cfg,
   ctx->logs = cfg.logs;
   ctx->keepalive = cfg.keepalive;
   ctx->group_in_use = cfg.group_in_use;
+  ctx->on_rebalance = std::move(on_rebalance);
   rd_kafka_conf_set_opaque(conf, ctx.get());
+  if (ctx->on_rebalance)
+    rd_kafka_conf_set_rebalance_cb(conf, [](rd_kafka_t* rk, rd_kafka_resp_err_t err,
+                                            rd_kafka_topic_partition_list_t* parts, void* opaque) {
+      static_cast<handle_context*>(opaque)->on_rebalance(rk, err, parts);
+    });
   if (ctx->errors)
     rd_kafka_conf_set_error_cb(conf, [](rd_kafka_t*, int code, const char* reason, void* opaque) {
       auto* c = static_cast<handle_context*>(opaque);

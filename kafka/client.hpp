@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -74,6 +75,10 @@ private:
   std::vector<entry> items_;
 };
 
+/// A consumer's rebalance callback (librdkafka's rebalance_cb).
+using rebalance_fn =
+  std::function<void(rd_kafka_t*, rd_kafka_resp_err_t, rd_kafka_topic_partition_list_t*)>;
+
 /// Builds a handle of `type`.  `defaults` go before the settings'
 /// properties (an operator may override them); `fixed` are the properties the
 /// projection's guarantees depend on: setting one of them in the properties
@@ -85,7 +90,7 @@ caf::expected<handle_ptr>
 make_handle(rd_kafka_type_t type, const client_settings& cfg,
             const std::vector<std::pair<std::string, std::string>>& fixed,
             const std::vector<std::pair<std::string, std::string>>& defaults = {},
-            std::shared_ptr<error_sink> errors = nullptr);
+            std::shared_ptr<error_sink> errors = nullptr, rebalance_fn on_rebalance = {});
 
 /// Maps a librdkafka error to ec::kafka_unavailable with `what` as context
 /// (ec::invalid_config for the authorization and authentication errors, see

@@ -82,6 +82,17 @@ using aggregator_actor = caf::typed_actor<
   caf::reacts_to<atom::poll>,
   caf::replies_to<atom::status>::with<std::vector<partition_status>>>;
 
+/// The cluster heartbeat (clustered ownership modes, DESIGN.md §12), on a
+/// Redis connection of its own that outlives generations: `heartbeat`
+/// publishes this node's owned partitions (fenced ones are reported back)
+/// and reads the namespace's view; `revoke` deletes the statuses of
+/// partitions this node gave up (partition + epoch).  A Redis error is
+/// reported in the answer (no view: the namespace counts as not ready) and
+/// the next call reconnects; it never ends the actor.
+using member_actor = caf::typed_actor<
+  caf::replies_to<atom::heartbeat, std::vector<owned_status>>::with<cluster_report>,
+  caf::replies_to<atom::revoke, std::vector<owned_status>>::with<caf::ok_atom>>;
+
 /// The supervisor: the public handle (qsession/projection/projection.hpp)
 /// plus what only its own children and timers send it.  `ready` comes from
 /// the current aggregator; `restart` is the backoff timer of a generation;
@@ -89,6 +100,8 @@ using aggregator_actor = caf::typed_actor<
 using supervisor_actor = projection_actor::extend<
   caf::reacts_to<atom::ready>,
   caf::reacts_to<atom::restart, uint64_t>,
-  caf::reacts_to<atom::tick>>;
+  caf::reacts_to<atom::tick>,
+  caf::reacts_to<atom::heartbeat>,           ///< the cluster heartbeat's timer
+  caf::reacts_to<atom::verify, caf::error>>; ///< the group membership failed
 
 } // namespace qsp

@@ -19,6 +19,7 @@ std::string to_string(ec x) {
     case ec::not_ready: return "not_ready";
     case ec::shutting_down: return "shutting_down";
     case ec::invalid_config: return "invalid_config";
+    case ec::fenced: return "fenced";
   }
   return "unknown";
 }

@@ -62,6 +62,27 @@ struct verified_start {
   std::map<int32_t, int64_t> true_high; ///< read_uncommitted high watermark
   int64_t retention_ms = -1; ///< -1: the broker did not say
   bool meta_created = false;
+  /// DESIGN.md §12: the ownership epoch of every partition this generation
+  /// owns (clustered modes); its checkpoint writes are fenced with it.
+  std::map<int32_t, uint64_t> owner_epochs;
+};
+
+/// What an owner publishes per owned partition (DESIGN.md §12).
+struct owned_status {
+  int32_t partition = 0;
+  uint64_t epoch = 0;
+  std::string state;       ///< the node's state (catching-up, ready, dirty, ...)
+  int64_t h0 = -1;         ///< the H0 taken when it got the partition (-1: not yet)
+  int64_t next_offset = -1;
+  bool caught_up = false;
+};
+
+/// One cluster heartbeat's outcome: the partitions found fenced while
+/// publishing, and the namespace's view (or why there is none).
+struct cluster_report {
+  std::vector<int32_t> fenced;
+  std::vector<cluster_partition> view;
+  std::string error;  ///< "" when the view was read
 };
 
 // -- inspect -------------------------------------------------------------------
@@ -81,8 +102,18 @@ typename Inspector::result_type inspect(Inspector& f, checkpoint_advanced& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, verified_start& x) {
   return f(caf::meta::type_name("qsp.verified_start"), x.id, x.starts, x.checkpoints, x.epochs, x.h0,
-           x.true_high,
-           x.retention_ms, x.meta_created);
+           x.true_high, x.retention_ms, x.meta_created, x.owner_epochs);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, owned_status& x) {
+  return f(caf::meta::type_name("qsp.owned_status"), x.partition, x.epoch, x.state, x.h0,
+           x.next_offset, x.caught_up);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, cluster_report& x) {
+  return f(caf::meta::type_name("qsp.cluster_report"), x.fenced, x.view, x.error);
 }
 
 } // namespace qsp
@@ -127,6 +158,9 @@ CAF_BEGIN_TYPE_ID_BLOCK(qsp_internal, caf::id_block::qsp::end)
   CAF_ADD_TYPE_ID(qsp_internal, (qsp::verified_start))
   CAF_ADD_TYPE_ID(qsp_internal, (qsp::core::dispatch))
   CAF_ADD_TYPE_ID(qsp_internal, (qsp::core::identity))
+  CAF_ADD_TYPE_ID(qsp_internal, (qsp::owned_status))
+  CAF_ADD_TYPE_ID(qsp_internal, (std::vector<qsp::owned_status>))
+  CAF_ADD_TYPE_ID(qsp_internal, (qsp::cluster_report))
   CAF_ADD_ATOM(qsp_internal, qsp::atom, verify, "qsp_verify")
   CAF_ADD_ATOM(qsp_internal, qsp::atom, write, "qsp_write")
   CAF_ADD_ATOM(qsp_internal, qsp::atom, sessions, "qsp_sessns")
@@ -138,4 +172,5 @@ CAF_BEGIN_TYPE_ID_BLOCK(qsp_internal, caf::id_block::qsp::end)
   CAF_ADD_ATOM(qsp_internal, qsp::atom, wake, "qsp_wake")
   CAF_ADD_ATOM(qsp_internal, qsp::atom, check, "qsp_check")
   CAF_ADD_ATOM(qsp_internal, qsp::atom, flush, "qsp_flush")
+  CAF_ADD_ATOM(qsp_internal, qsp::atom, heartbeat, "qsp_hbeat")
 CAF_END_TYPE_ID_BLOCK(qsp_internal)

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -69,11 +70,20 @@ public:
   /// and the stored next_offset equals `expected` (-1: the key must be absent).
   /// A mismatch is ec::checkpoint_conflict.  In the same atomic step the
   /// partition's leader-epoch sidecar gets {next_offset, leader_epoch}
-  /// (-1: unknown).
+  /// (-1: unknown).  Fencing (DESIGN.md §12): if the partition's owner
+  /// record holds an epoch newer than `owner_epoch`, nothing is written and
+  /// the answer is ec::fenced (0: a writer outside any cluster, fenced by
+  /// any owner record).
   virtual caf::expected<void> write_checkpoint(const core::identity& id,
                                                int32_t partition, int64_t expected,
                                                int64_t next_offset,
-                                               int32_t leader_epoch = -1) = 0;
+                                               int32_t leader_epoch = -1,
+                                               uint64_t owner_epoch = 0) = 0;
+  /// Claims `partition` of `topic` for `node` (DESIGN.md §12): the owner
+  /// record's epoch grows by one, atomically, and the new epoch is returned.
+  /// From then on every checkpoint write with an older epoch is fenced.
+  virtual caf::expected<uint64_t> claim(const std::string& topic, int32_t partition,
+                                        const std::string& node, int64_t now_ms) = 0;
   /// Callable from any thread: a call blocked in I/O on this store returns
   /// promptly with an error, and so does every later call.
   virtual void interrupt() {}
@@ -191,6 +201,52 @@ public:
   virtual int64_t log_end(int32_t /*partition*/) { return -1; }
 };
 
+/// The namespace's ownership records and published statuses, read and
+/// written on a connection of its own (the cluster heartbeat).
+class cluster_store {
+public:
+  virtual ~cluster_store() = default;
+  /// Writes each status with a TTL of `ttl` and refreshes the owner record's
+  /// heartbeat, where the owner record still names `node` at that epoch;
+  /// answers the partitions where it does not (fenced: nothing written).
+  virtual caf::expected<std::vector<int32_t>>
+  publish(const std::string& topic, const std::string& node,
+          const std::vector<owned_status>& statuses, std::chrono::milliseconds ttl,
+          int64_t now_ms) = 0;
+  /// Deletes the statuses of `partitions` (partition -> epoch) that are
+  /// still this node's: a revoked partition is not ready until its next owner says so.
+  virtual caf::expected<void> release(const std::string& topic, const std::string& node,
+                                      const std::map<int32_t, uint64_t>& partitions) = 0;
+  /// Every partition's owner record and the owner's live status, with the
+  /// readiness rule applied (core::cluster_view).
+  virtual caf::expected<std::vector<cluster_partition>> view(const std::string& topic,
+                                                             int32_t partition_count) = 0;
+  virtual void interrupt() {}
+};
+
+/// What a consumer-group membership tells the projection (ownership = group).
+/// Called on the membership's own thread.
+struct group_events {
+  /// Partitions added to this member (cooperative: only the new ones).
+  std::function<void(const std::vector<int32_t>&)> assigned;
+  /// Partitions taken away (`lost`: the session expired first).  Returns
+  /// once the node stopped projecting them: the group moves them on only then.
+  std::function<void(const std::vector<int32_t>&, bool lost)> revoked;
+  /// A membership error that retrying cannot fix (authorization, a fatal
+  /// client error): the projection refuses.
+  std::function<void(const caf::error&)> failed;
+};
+
+/// Membership in the Kafka consumer group `kafka.group-id`: decides which
+/// partitions this node owns.  It never fetches a record and never commits.
+class group_membership {
+public:
+  virtual ~group_membership() = default;
+  /// Leaves the group (the survivors rebalance at once) and stops; returns
+  /// at once, the membership's thread finishes the leave.
+  virtual void leave() = 0;
+};
+
 /// Builds fresh adapters for each (re)start of the pipeline.
 class port_factory {
 public:
@@ -199,6 +255,14 @@ public:
   virtual caf::expected<std::unique_ptr<checkpoint_store>> make_checkpoint_store() = 0;
   virtual caf::expected<std::unique_ptr<session_store>> make_session_store() = 0;
   virtual caf::expected<std::shared_ptr<dispatch_log>> make_dispatch_log() = 0;
+  /// Clustered ownership modes only (DESIGN.md §12).
+  virtual caf::expected<std::unique_ptr<cluster_store>> make_cluster_store() = 0;
+  /// ownership = group only; ports without a broker answer ec::invalid_config.
+  virtual caf::expected<std::unique_ptr<group_membership>> make_group_member(group_events events) {
+    (void) events;
+    return caf::make_error(ec::invalid_config,
+                           "projection.ownership: group is not available with these ports");
+  }
 };
 
 } // namespace qsp

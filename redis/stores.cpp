@@ -5,6 +5,7 @@
 #include <cstring>
 #include <unordered_set>
 
+#include "core/cluster.hpp"
 #include "messages/types.hpp"
 
 namespace qsp::redis {
@@ -56,8 +57,14 @@ constexpr const char* scan_count = "1000";
 // writer last wrote (ARGV[1], or '' for "absent").  Answers 'ok' or
 // '<key>|<field>|<stored value>' naming the first mismatch.  With the
 // checkpoint, the leader-epoch sidecar KEYS[3] gets {next_offset,
-// leader_epoch = ARGV[9]}: both or neither.
+// leader_epoch = ARGV[9]}: both or neither.  Fencing (DESIGN.md §12): the
+// owner record KEYS[4] must not hold an epoch newer than ARGV[10]; then the
+// answer is 'owner|epoch|<stored epoch>|<stored node>'.
 constexpr const char* guarded_write_script = R"lua(
+local owner = redis.call('HGET', KEYS[4], 'epoch')
+if owner and tonumber(owner) > tonumber(ARGV[10]) then
+  return 'owner|epoch|' .. owner .. '|' .. (redis.call('HGET', KEYS[4], 'node') or '')
+end
 local id = {'format_version', ARGV[3], 'dispatch_topic', ARGV[4], 'partition_count', ARGV[5],
             'cluster_id', ARGV[6], 'topic_id', ARGV[7]}
 local function shown(v) if v then return v end return '<absent>' end
@@ -116,6 +123,14 @@ std::string checkpoint_key(const std::string& ns, const std::string& topic, int3
 
 std::string epoch_key(const std::string& ns, const std::string& topic, int32_t partition) {
   return ns + ":epoch:" + topic + ":" + std::to_string(partition);
+}
+
+std::string owner_key(const std::string& ns, const std::string& topic, int32_t partition) {
+  return ns + ":owner:" + topic + ":" + std::to_string(partition);
+}
+
+std::string status_key(const std::string& ns, const std::string& topic, int32_t partition) {
+  return ns + ":status:" + topic + ":" + std::to_string(partition);
 }
 
 std::string glob_escape(const std::string& s) {
@@ -291,21 +306,35 @@ void redis_checkpoint_store::interrupt() { conn_->interrupt(); }
 caf::expected<void> redis_checkpoint_store::write_checkpoint(const core::identity& id,
                                                              int32_t partition, int64_t expected,
                                                              int64_t next_offset,
-                                                             int32_t leader_epoch) {
+                                                             int32_t leader_epoch,
+                                                             uint64_t owner_epoch) {
   auto& ns = conn_->config().ns;
-  auto r = conn_->command({"EVAL", guarded_write_script, "3", meta_key(ns),
+  auto r = conn_->command({"EVAL", guarded_write_script, "4", meta_key(ns),
                            checkpoint_key(ns, id.topic, partition),
-                           epoch_key(ns, id.topic, partition),
+                           epoch_key(ns, id.topic, partition), owner_key(ns, id.topic, partition),
                            expected < 0 ? std::string{} : core::to_decimal(expected),
                            core::to_decimal(next_offset), core::to_decimal(core::format_version),
                            id.topic, core::to_decimal(id.partition_count), id.cluster_id,
                            id.topic_id, core::to_decimal(partition),
-                           leader_epoch < 0 ? std::string{"-1"} : core::to_decimal(leader_epoch)});
+                           leader_epoch < 0 ? std::string{"-1"} : core::to_decimal(leader_epoch),
+                           std::to_string(owner_epoch)});
   if (!r)
     return r.error();
   auto res = str(r->get());
   if (res == "ok")
     return caf::unit;
+  if (res.rfind("owner|epoch|", 0) == 0) {
+    auto rest = res.substr(12);
+    auto bar = rest.find('|');
+    return caf::make_error(ec::fenced,
+                           "partition " + std::to_string(partition) + ": field epoch of "
+                             + owner_key(ns, id.topic, partition) + ": stored \""
+                             + rest.substr(0, bar) + "\" (node \""
+                             + (bar == std::string::npos ? "" : rest.substr(bar + 1))
+                             + "\"), this writer's \"" + std::to_string(owner_epoch)
+                             + "\": another node owns the partition now; checkpoint "
+                             + core::to_decimal(next_offset) + " not written");
+  }
   // '<key>|<field>|<stored>': someone else advanced, rolled back or rewrote it.
   auto a = res.find('|'), b = res.rfind('|');
   std::string field = a != std::string::npos && b > a ? res.substr(a + 1, b - a - 1) : res;
@@ -321,6 +350,203 @@ caf::expected<void> redis_checkpoint_store::write_checkpoint(const core::identit
 }
 
 // -- session store ------------------------------------------------------------
+
+// -- ownership and the cluster status (DESIGN.md §12) -------------------------
+
+namespace {
+
+// A claim: the owner record's epoch grows by one and names the claimant.
+constexpr const char* claim_script = R"lua(
+local e = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
+redis.call('HSET', KEYS[1], 'node', ARGV[1], 'heartbeat_ms', ARGV[2])
+return e
+)lua";
+
+// Per partition i, KEYS[2i-1] the owner record and KEYS[2i] the status; ARGV:
+// node, ttl_ms, now_ms, then five per partition (epoch, state, h0,
+// next_offset, caught_up).  Writes the status (with its TTL) and the owner's
+// heartbeat only where the owner record still names this node at this epoch;
+// answers the 1-based indexes where it does not.
+constexpr const char* publish_script = R"lua(
+local node, ttl, now = ARGV[1], ARGV[2], ARGV[3]
+local fenced = {}
+for i = 1, #KEYS / 2 do
+  local a = 3 + (i - 1) * 5
+  local epoch = ARGV[a + 1]
+  local o = redis.call('HMGET', KEYS[2 * i - 1], 'node', 'epoch')
+  if o[1] ~= node or o[2] ~= epoch then
+    fenced[#fenced + 1] = i
+  else
+    redis.call('HSET', KEYS[2 * i - 1], 'heartbeat_ms', now)
+    redis.call('HSET', KEYS[2 * i], 'node', node, 'epoch', epoch, 'state', ARGV[a + 2],
+               'h0', ARGV[a + 3], 'next_offset', ARGV[a + 4], 'caught_up', ARGV[a + 5],
+               'heartbeat_ms', now)
+    redis.call('PEXPIRE', KEYS[2 * i], ttl)
+  end
+end
+return fenced
+)lua";
+
+// KEYS: statuses; ARGV: node, then one epoch per key.  Deletes those still
+// published by this node at that epoch.
+constexpr const char* release_script = R"lua(
+for i = 1, #KEYS do
+  local s = redis.call('HMGET', KEYS[i], 'node', 'epoch')
+  if s[1] == ARGV[1] and s[2] == ARGV[i + 1] then redis.call('DEL', KEYS[i]) end
+end
+return 'ok'
+)lua";
+
+// KEYS: owner record, status, per partition; answers their HGETALLs in one
+// atomic step.
+constexpr const char* view_script = R"lua(
+local out = {}
+for i = 1, #KEYS do out[i] = redis.call('HGETALL', KEYS[i]) end
+return out
+)lua";
+
+int64_t to_i64(const core::hash_fields& f, const char* name, int64_t fallback) {
+  auto i = f.find(name);
+  if (i == f.end())
+    return fallback;
+  int64_t v = fallback;
+  std::from_chars(i->second.data(), i->second.data() + i->second.size(), v);
+  return v;
+}
+
+std::string field_or(const core::hash_fields& f, const char* name) {
+  auto i = f.find(name);
+  return i == f.end() ? std::string{} : i->second;
+}
+
+} // namespace
+
+caf::expected<uint64_t> redis_checkpoint_store::claim(const std::string& topic, int32_t partition,
+                                                      const std::string& node, int64_t now_ms) {
+  auto& ns = conn_->config().ns;
+  auto r = conn_->command({"EVAL", claim_script, "1", owner_key(ns, topic, partition), node,
+                           std::to_string(now_ms)});
+  if (!r)
+    return r.error();
+  if ((*r)->type != REDIS_REPLY_INTEGER || (*r)->integer <= 0)
+    return unexpected_reply(*conn_, "the ownership claim script");
+  return static_cast<uint64_t>((*r)->integer);
+}
+
+caf::expected<std::unique_ptr<redis_cluster_store>>
+redis_cluster_store::open(const settings& cfg) {
+  auto conn = connection::open(cfg);
+  if (!conn)
+    return conn.error();
+  return std::unique_ptr<redis_cluster_store>{new redis_cluster_store(std::move(*conn))};
+}
+
+void redis_cluster_store::interrupt() { conn_->interrupt(); }
+
+caf::expected<std::vector<int32_t>>
+redis_cluster_store::publish(const std::string& topic, const std::string& node,
+                             const std::vector<owned_status>& statuses,
+                             std::chrono::milliseconds ttl, int64_t now_ms) {
+  std::vector<int32_t> fenced;
+  if (statuses.empty())
+    return fenced;
+  auto& ns = conn_->config().ns;
+  std::vector<std::string> argv{"EVAL", publish_script, std::to_string(2 * statuses.size())};
+  for (auto& s : statuses) {
+    argv.push_back(owner_key(ns, topic, s.partition));
+    argv.push_back(status_key(ns, topic, s.partition));
+  }
+  argv.push_back(node);
+  argv.push_back(std::to_string(std::max<int64_t>(1, ttl.count())));
+  argv.push_back(std::to_string(now_ms));
+  for (auto& s : statuses) {
+    argv.push_back(std::to_string(s.epoch));
+    argv.push_back(s.state);
+    argv.push_back(std::to_string(s.h0));
+    argv.push_back(std::to_string(s.next_offset));
+    argv.push_back(s.caught_up ? "1" : "0");
+  }
+  auto r = conn_->command(argv);
+  if (!r)
+    return r.error();
+  auto* rep = r->get();
+  if (rep->type != REDIS_REPLY_ARRAY)
+    return unexpected_reply(*conn_, "the cluster status script");
+  for (size_t i = 0; i < rep->elements; ++i) {
+    auto idx = rep->element[i]->integer;
+    if (rep->element[i]->type != REDIS_REPLY_INTEGER || idx < 1
+        || static_cast<size_t>(idx) > statuses.size())
+      return unexpected_reply(*conn_, "the cluster status script");
+    fenced.push_back(statuses[static_cast<size_t>(idx - 1)].partition);
+  }
+  return fenced;
+}
+
+caf::expected<void> redis_cluster_store::release(const std::string& topic,
+                                                 const std::string& node,
+                                                 const std::map<int32_t, uint64_t>& partitions) {
+  if (partitions.empty())
+    return caf::unit;
+  auto& ns = conn_->config().ns;
+  std::vector<std::string> argv{"EVAL", release_script, std::to_string(partitions.size())};
+  for (auto& [p, e] : partitions)
+    argv.push_back(status_key(ns, topic, p));
+  argv.push_back(node);
+  for (auto& [p, e] : partitions)
+    argv.push_back(std::to_string(e));
+  auto r = conn_->command(argv);
+  if (!r)
+    return r.error();
+  return caf::unit;
+}
+
+caf::expected<std::vector<cluster_partition>>
+redis_cluster_store::view(const std::string& topic, int32_t partition_count) {
+  auto& ns = conn_->config().ns;
+  std::vector<std::string> argv{"EVAL", view_script, std::to_string(2 * partition_count)};
+  for (int32_t p = 0; p < partition_count; ++p) {
+    argv.push_back(owner_key(ns, topic, p));
+    argv.push_back(status_key(ns, topic, p));
+  }
+  auto r = conn_->command(argv);
+  if (!r)
+    return r.error();
+  auto* rep = r->get();
+  if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 * static_cast<size_t>(partition_count))
+    return unexpected_reply(*conn_, "the cluster view script");
+  std::vector<cluster_partition> out;
+  for (int32_t p = 0; p < partition_count; ++p) {
+    auto of = to_fields(rep->element[2 * p]);
+    auto sf = to_fields(rep->element[2 * p + 1]);
+    core::owner_record o;
+    o.present = !of.empty();
+    o.node = field_or(of, "node");
+    o.epoch = static_cast<uint64_t>(to_i64(of, "epoch", 0));
+    o.heartbeat_ms = to_i64(of, "heartbeat_ms", 0);
+    core::status_record s;
+    s.present = !sf.empty();
+    s.node = field_or(sf, "node");
+    s.epoch = static_cast<uint64_t>(to_i64(sf, "epoch", 0));
+    s.state = field_or(sf, "state");
+    s.h0 = to_i64(sf, "h0", -1);
+    s.next_offset = to_i64(sf, "next_offset", -1);
+    s.caught_up = field_or(sf, "caught_up") == "1";
+    auto verdict = core::judge(o, s);
+    cluster_partition cp;
+    cp.partition = p;
+    cp.owner = o.node;
+    cp.epoch = o.epoch;
+    cp.live = verdict.live;
+    cp.state = s.present ? s.state : std::string{};
+    cp.h0 = s.h0;
+    cp.next_offset = s.next_offset;
+    cp.caught_up = s.caught_up;
+    cp.ready = verdict.ready;
+    cp.why = verdict.why;
+    out.push_back(std::move(cp));
+  }
+  return out;
+}
 
 caf::expected<std::unique_ptr<redis_session_store>>
 redis_session_store::open(const settings& cfg) {

@@ -16,6 +16,10 @@ std::string checkpoint_key(const std::string& ns, const std::string& topic, int3
 /// The leader-epoch sidecar of a checkpoint (not under the checkpoint prefix:
 /// the seven-field checkpoint hash and its stray-key scan stay as they are).
 std::string epoch_key(const std::string& ns, const std::string& topic, int32_t partition);
+/// DESIGN.md §12: who owns a partition (node, epoch, heartbeat_ms) ...
+std::string owner_key(const std::string& ns, const std::string& topic, int32_t partition);
+/// ... and what its owner last published (with a TTL).
+std::string status_key(const std::string& ns, const std::string& topic, int32_t partition);
 /// `s` with Redis glob metacharacters escaped, for SCAN MATCH.
 std::string glob_escape(const std::string& s);
 
@@ -30,11 +34,33 @@ public:
   caf::expected<bool> create_meta(const core::identity& id) override;
   caf::expected<void> write_checkpoint(const core::identity& id, int32_t partition,
                                        int64_t expected, int64_t next_offset,
-                                       int32_t leader_epoch = -1) override;
+                                       int32_t leader_epoch = -1,
+                                       uint64_t owner_epoch = 0) override;
+  caf::expected<uint64_t> claim(const std::string& topic, int32_t partition,
+                                const std::string& node, int64_t now_ms) override;
   void interrupt() override;
 
 private:
   explicit redis_checkpoint_store(std::unique_ptr<connection> conn) : conn_(std::move(conn)) {}
+  std::unique_ptr<connection> conn_;
+};
+
+class redis_cluster_store final : public cluster_store {
+public:
+  static caf::expected<std::unique_ptr<redis_cluster_store>> open(const settings& cfg);
+
+  caf::expected<std::vector<int32_t>> publish(const std::string& topic, const std::string& node,
+                                              const std::vector<owned_status>& statuses,
+                                              std::chrono::milliseconds ttl,
+                                              int64_t now_ms) override;
+  caf::expected<void> release(const std::string& topic, const std::string& node,
+                              const std::map<int32_t, uint64_t>& partitions) override;
+  caf::expected<std::vector<cluster_partition>> view(const std::string& topic,
+                                                     int32_t partition_count) override;
+  void interrupt() override;
+
+private:
+  explicit redis_cluster_store(std::unique_ptr<connection> conn) : conn_(std::move(conn)) {}
   std::unique_ptr<connection> conn_;
 };
 

@@ -1,5 +1,7 @@
 #include "tests/support/fakes.hpp"
 
+#include "core/cluster.hpp"
+
 #include <algorithm>
 #include <stdexcept>
 
@@ -354,16 +356,43 @@ caf::expected<bool> fake_checkpoint_store::create_meta(const core::identity& id)
   return true;
 }
 
+caf::expected<uint64_t> fake_checkpoint_store::claim(const std::string& topic, int32_t partition,
+                                                     const std::string& node, int64_t now_ms) {
+  lock g{w_->mtx};
+  ++w_->calls.claims;
+  if (w_->redis_frozen)
+    return frozen("ownership claim script");
+  auto& h = w_->hashes[w_->ns + ":owner:" + topic + ":" + std::to_string(partition)];
+  auto epoch = (h.count("epoch") > 0 ? std::stoull(h["epoch"]) : 0) + 1;
+  h["epoch"] = std::to_string(epoch);
+  h["node"] = node;
+  h["heartbeat_ms"] = std::to_string(now_ms);
+  return epoch;
+}
+
 caf::expected<void> fake_checkpoint_store::write_checkpoint(const core::identity& id,
                                                             int32_t partition, int64_t expected,
                                                             int64_t next_offset,
-                                                            int32_t leader_epoch) {
+                                                            int32_t leader_epoch,
+                                                            uint64_t owner_epoch) {
   lock g{w_->mtx};
   ++w_->calls.write_checkpoint;
   if (w_->write_fault.fire())
     return failure(w_->write_fault, ec::redis_unavailable, "guarded checkpoint write");
   if (w_->redis_frozen)
     return frozen("guarded checkpoint write");
+  if (w_->before_checkpoint_write)
+    w_->before_checkpoint_write(partition, next_offset);
+  // The fence of the Lua script: no owner record with a newer epoch.
+  if (auto o = w_->hashes.find(w_->ns + ":owner:" + id.topic + ":" + std::to_string(partition));
+      o != w_->hashes.end() && o->second.count("epoch") > 0
+      && std::stoull(o->second.at("epoch")) > owner_epoch) {
+    ++w_->calls.fenced;
+    return caf::make_error(ec::fenced, "partition " + std::to_string(partition)
+                                         + ": field epoch: stored \"" + o->second.at("epoch")
+                                         + "\", this writer's \"" + std::to_string(owner_epoch)
+                                         + "\": another node owns the partition now");
+  }
   // The Lua script of redis/stores.cpp, step by step.
   auto meta_key = w_->meta_key();
   auto cp_key = w_->ns + ":checkpoint:" + id.topic + ":" + std::to_string(partition);
@@ -706,6 +735,89 @@ caf::expected<std::shared_ptr<dispatch_log>> fake_port_factory::make_dispatch_lo
   if (w_->make_dispatch_log_fault.fire())
     return failure(w_->make_dispatch_log_fault, ec::kafka_unavailable, "consumer");
   return std::shared_ptr<dispatch_log>{std::make_shared<fake_dispatch_log>(w_)};
+}
+
+caf::expected<std::unique_ptr<cluster_store>> fake_port_factory::make_cluster_store() {
+  return std::unique_ptr<cluster_store>{std::make_unique<fake_cluster_store>(w_)};
+}
+
+caf::expected<std::vector<int32_t>>
+fake_cluster_store::publish(const std::string& topic, const std::string& node,
+                            const std::vector<owned_status>& statuses, std::chrono::milliseconds,
+                            int64_t now_ms) {
+  lock g{w_->mtx};
+  ++w_->calls.publishes;
+  if (w_->redis_frozen)
+    return frozen("cluster status script");
+  std::vector<int32_t> fenced;
+  for (auto& s : statuses) {
+    auto suffix = topic + ":" + std::to_string(s.partition);
+    auto& o = w_->hashes[w_->ns + ":owner:" + suffix];
+    if (o["node"] != node || o["epoch"] != std::to_string(s.epoch)) {
+      fenced.push_back(s.partition);
+      continue;
+    }
+    o["heartbeat_ms"] = std::to_string(now_ms);
+    w_->hashes[w_->ns + ":status:" + suffix] = core::hash_fields{
+      {"node", node},
+      {"epoch", std::to_string(s.epoch)},
+      {"state", s.state},
+      {"h0", std::to_string(s.h0)},
+      {"next_offset", std::to_string(s.next_offset)},
+      {"caught_up", s.caught_up ? "1" : "0"},
+      {"heartbeat_ms", std::to_string(now_ms)}};
+  }
+  return fenced;
+}
+
+caf::expected<void> fake_cluster_store::release(const std::string& topic, const std::string& node,
+                                                const std::map<int32_t, uint64_t>& partitions) {
+  lock g{w_->mtx};
+  if (w_->redis_frozen)
+    return frozen("cluster release script");
+  for (auto& [p, e] : partitions) {
+    auto key = w_->ns + ":status:" + topic + ":" + std::to_string(p);
+    auto i = w_->hashes.find(key);
+    if (i != w_->hashes.end() && i->second["node"] == node
+        && i->second["epoch"] == std::to_string(e))
+      w_->hashes.erase(i);
+  }
+  return caf::unit;
+}
+
+caf::expected<std::vector<cluster_partition>>
+fake_cluster_store::view(const std::string& topic, int32_t partition_count) {
+  lock g{w_->mtx};
+  if (w_->redis_frozen)
+    return frozen("cluster view script");
+  std::vector<cluster_partition> out;
+  auto num = [](const core::hash_fields& h, const char* f, int64_t d) {
+    auto i = h.find(f);
+    return i == h.end() ? d : std::stoll(i->second);
+  };
+  for (int32_t p = 0; p < partition_count; ++p) {
+    auto suffix = topic + ":" + std::to_string(p);
+    core::owner_record o;
+    core::status_record st;
+    if (auto i = w_->hashes.find(w_->ns + ":owner:" + suffix); i != w_->hashes.end()) {
+      o.present = true;
+      o.node = i->second["node"];
+      o.epoch = static_cast<uint64_t>(num(i->second, "epoch", 0));
+    }
+    if (auto i = w_->hashes.find(w_->ns + ":status:" + suffix); i != w_->hashes.end()) {
+      st.present = true;
+      st.node = i->second["node"];
+      st.epoch = static_cast<uint64_t>(num(i->second, "epoch", 0));
+      st.state = i->second["state"];
+      st.h0 = num(i->second, "h0", -1);
+      st.next_offset = num(i->second, "next_offset", -1);
+      st.caught_up = i->second["caught_up"] == "1";
+    }
+    auto v = core::judge(o, st);
+    out.push_back(cluster_partition{p, o.node, o.epoch, v.live, st.state, st.h0, st.next_offset,
+                                    st.caught_up, v.ready, v.why});
+  }
+  return out;
 }
 
 std::shared_ptr<fake_world> make_world(int32_t partition_count) {

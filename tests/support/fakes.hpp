@@ -106,6 +106,9 @@ struct call_counts {
   uint64_t create_meta = 0;
   uint64_t write_checkpoint = 0;
   uint64_t checkpoint_conflicts = 0;
+  uint64_t fenced = 0;        ///< checkpoint writes refused by a newer owner epoch
+  uint64_t claims = 0;
+  uint64_t publishes = 0;
   uint64_t apply = 0;
   uint64_t zadd_members = 0;  ///< members sent in successful (or partial) ZADDs
   uint64_t confirm = 0;       ///< confirm() calls (pipelined replies read)
@@ -215,6 +218,9 @@ struct fake_world {
 
   /// After inspect() computed its answer.
   std::function<void()> on_inspect;
+  /// Before a guarded write (after the fault checks): a test may claim the
+  /// partition for another node here, so this very write is fenced.
+  std::function<void(int32_t partition, int64_t next_offset)> before_checkpoint_write;
   /// After a successful guarded write.
   std::function<void(int32_t partition, int64_t next_offset)> on_checkpoint_written;
   /// Before an apply (after the fault checks), with a copy of the updates.
@@ -305,7 +311,10 @@ public:
   caf::expected<bool> create_meta(const core::identity& id) override;
   caf::expected<void> write_checkpoint(const core::identity& id, int32_t partition,
                                        int64_t expected, int64_t next_offset,
-                                       int32_t leader_epoch = -1) override;
+                                       int32_t leader_epoch = -1,
+                                       uint64_t owner_epoch = 0) override;
+  caf::expected<uint64_t> claim(const std::string& topic, int32_t partition,
+                                const std::string& node, int64_t now_ms) override;
 
 private:
   std::shared_ptr<fake_world> w_;
@@ -370,6 +379,24 @@ private:
   std::map<int32_t, std::shared_ptr<fake_partition_reader>> readers_;
 };
 
+/// The cluster store over the world's hashes (status TTLs are not modelled:
+/// a status lives until released or overwritten).
+class fake_cluster_store final : public cluster_store {
+public:
+  explicit fake_cluster_store(std::shared_ptr<fake_world> w) : w_(std::move(w)) {}
+  caf::expected<std::vector<int32_t>> publish(const std::string& topic, const std::string& node,
+                                              const std::vector<owned_status>& statuses,
+                                              std::chrono::milliseconds ttl,
+                                              int64_t now_ms) override;
+  caf::expected<void> release(const std::string& topic, const std::string& node,
+                              const std::map<int32_t, uint64_t>& partitions) override;
+  caf::expected<std::vector<cluster_partition>> view(const std::string& topic,
+                                                     int32_t partition_count) override;
+
+private:
+  std::shared_ptr<fake_world> w_;
+};
+
 class fake_port_factory final : public port_factory {
 public:
   explicit fake_port_factory(std::shared_ptr<fake_world> w) : w_(std::move(w)) {}
@@ -377,6 +404,7 @@ public:
   caf::expected<std::unique_ptr<checkpoint_store>> make_checkpoint_store() override;
   caf::expected<std::unique_ptr<session_store>> make_session_store() override;
   caf::expected<std::shared_ptr<dispatch_log>> make_dispatch_log() override;
+  caf::expected<std::unique_ptr<cluster_store>> make_cluster_store() override;
   const std::shared_ptr<fake_world>& world() const { return w_; }
 
 private:

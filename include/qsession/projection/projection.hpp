@@ -39,11 +39,20 @@ using status_listener = caf::typed_actor<caf::reacts_to<atom::status, projection
 ///   (at most `limit`), or ec::not_ready until every partition reached H0.
 /// - `subscribe` / `unsubscribe`: status pushes.  Subscribers are monitored
 ///   and dropped when they terminate.
+/// - `assign` / `revoke` (projection.ownership = host; the group mode uses
+///   them itself): take partitions on, or give them up.  `assign` answers
+///   once the added partitions are claimed (a newer ownership epoch fences
+///   their former owner), verified and consuming from their checkpoints;
+///   `revoke` once nothing of those partitions runs any more: unconfirmed
+///   batches are abandoned without a checkpoint.  Partitions outside
+///   [0, partition-count) or another ownership mode: ec::invalid_config.
 /// - `shutdown`: stops the projection; answers caf::ok_atom once every actor
 ///   and every blocking call of it has stopped, or ec::shutting_down after
 ///   projection.shutdown-timeout.  The projection is gone either way.
 using projection_actor = caf::typed_actor<
   caf::replies_to<atom::status>::with<projection_status>,
+  caf::replies_to<atom::assign, std::vector<int32_t>>::with<caf::ok_atom>,
+  caf::replies_to<atom::revoke, std::vector<int32_t>>::with<caf::ok_atom>,
   caf::replies_to<atom::pull, std::string, uint32_t>::with<session_list>,
   caf::reacts_to<atom::subscribe, status_listener>,
   caf::reacts_to<atom::unsubscribe, status_listener>,

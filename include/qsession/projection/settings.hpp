@@ -25,6 +25,10 @@ struct kafka_settings {
   /// ssl.*, ...).  The ones the guarantees depend on are refused.
   std::vector<std::pair<std::string, std::string>> properties;
   std::chrono::milliseconds timeout{10000};  ///< kafka.timeout-ms: admin/metadata requests
+  /// kafka.session-timeout-ms: the group membership's session timeout
+  /// (ownership `group` only): a member silent for longer loses its
+  /// partitions to the survivors (docs/CLUSTER.md).
+  std::chrono::milliseconds session_timeout{6000};
 };
 
 /// The Redis server holding checkpoints and session sets: host:port, or the
@@ -58,6 +62,17 @@ struct redis_settings {
   bool allow_eviction = false;
 };
 
+/// Who owns (projects) which partitions of the topic (DESIGN.md §12).
+enum class ownership_mode {
+  all,          ///< this projection owns every partition (the default)
+  static_set,   ///< projection.ownership = "static": the partitions listed
+  group,        ///< Kafka's consumer-group protocol decides (cooperative-sticky)
+  host,         ///< the embedding host sends assign / revoke
+};
+
+/// "all", "static", "group", "host".
+const char* to_string(ownership_mode m);
+
 struct projection_settings {
   std::string topic;               ///< projection.dispatch-topic (required)
   int32_t partition_count = 0;     ///< projection.partition-count (required)
@@ -89,6 +104,22 @@ struct projection_settings {
   /// projection in this process writes the same convs-prefix on the same
   /// Redis under another namespace (their tenants' session sets would merge).
   bool allow_shared_convs_prefix = false;
+
+  /// projection.ownership (DESIGN.md §12, docs/CLUSTER.md).
+  ownership_mode ownership = ownership_mode::all;
+  /// projection.partitions: the partitions owned with ownership = static
+  /// (config text "0-5,9"); sorted, distinct, each in [0, partition-count).
+  std::vector<int32_t> partitions;
+  /// projection.node-id: this node's name in ownership records and the
+  /// cluster status (empty: "<hostname>-<pid>").
+  std::string node_id;
+  /// projection.heartbeat-interval: in every mode but `all`, how often the
+  /// node publishes its partitions' status and reads the namespace's;
+  /// a status lives for three of them.
+  caf::timespan heartbeat_interval = std::chrono::milliseconds(500);
+  /// True in every mode but `all`: ownership records, fenced checkpoint
+  /// writes, published status and the namespace-wide readiness gate.
+  bool clustered() const { return ownership != ownership_mode::all; }
 
   kafka_settings kafka;
   redis_settings redis;

@@ -42,6 +42,7 @@ enum class ec : uint8_t {
   kafka_read,         ///< consumer read error
   not_ready,          ///< PULL_SESSION_LIST while not ready
   shutting_down,      ///< the projection is stopping (or did not stop in time)
+  fenced,             ///< another owner claimed the partition (a newer epoch, DESIGN §12)
 };
 
 std::string to_string(ec x);
@@ -79,6 +80,21 @@ struct partition_status {
 /// A snapshot of one projection, pushed to subscribers on every change of
 /// state and answered to `status`.  `topic` and `ns` name the projection, so
 /// a host running several can tell their pushes apart.
+/// One partition in the namespace-wide view (DESIGN.md §12): its owner
+/// record and the owner's published status.
+struct cluster_partition {
+  int32_t partition = 0;
+  std::string owner;       ///< the owner record's node ("" : none)
+  uint64_t epoch = 0;      ///< the owner record's epoch
+  bool live = false;       ///< a status of the current owner (same epoch) within its TTL
+  std::string state;       ///< that status' state ("" without one)
+  int64_t h0 = -1;         ///< the H0 the owner took when it got the partition
+  int64_t next_offset = -1;
+  bool caught_up = false;  ///< the owner reached that H0
+  bool ready = false;      ///< live, caught up and not dirty
+  std::string why;         ///< what holds it closed ("" when ready)
+};
+
 struct projection_status {
   std::string topic;
   std::string ns;
@@ -92,6 +108,14 @@ struct projection_status {
   uint64_t batches = 0;
   std::map<std::string, uint64_t> failures; ///< by error code name
   std::map<int32_t, int64_t> true_high;
+  std::string ownership = "all";  ///< projection.ownership
+  std::string node;               ///< projection.node-id (clustered modes)
+  std::vector<int32_t> owned;     ///< the partitions this node owns now
+  /// Clustered modes: the namespace's readiness from the last heartbeat
+  /// (`ready` is this and the local state being "ready"); with `all`,
+  /// the same as ready.
+  bool namespace_ready = false;
+  std::vector<cluster_partition> cluster;  ///< clustered modes: every partition
 };
 
 /// One entry of a user's session list.
@@ -111,10 +135,16 @@ typename Inspector::result_type inspect(Inspector& f, partition_status& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, cluster_partition& x) {
+  return f(caf::meta::type_name("qsp.cluster_partition"), x.partition, x.owner, x.epoch, x.live,
+           x.state, x.h0, x.next_offset, x.caught_up, x.ready, x.why);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, projection_status& x) {
   return f(caf::meta::type_name("qsp.projection_status"), x.topic, x.ns, x.state, x.ready,
            x.partitions, x.last_error, x.restarts, x.records, x.recipient_writes, x.batches,
-           x.failures, x.true_high);
+           x.failures, x.true_high, x.ownership, x.node, x.owned, x.namespace_ready, x.cluster);
 }
 
 template <class Inspector>
@@ -131,11 +161,16 @@ CAF_BEGIN_TYPE_ID_BLOCK(qsp, QSP_FIRST_TYPE_ID)
   CAF_ADD_TYPE_ID(qsp, (qsp::projection_status))
   CAF_ADD_TYPE_ID(qsp, (qsp::session_entry))
   CAF_ADD_TYPE_ID(qsp, (qsp::session_list))
+  CAF_ADD_TYPE_ID(qsp, (qsp::cluster_partition))
+  CAF_ADD_TYPE_ID(qsp, (std::vector<qsp::cluster_partition>))
+  CAF_ADD_TYPE_ID(qsp, (std::vector<int32_t>))
   CAF_ADD_ATOM(qsp, qsp::atom, status, "qsp_status")
   CAF_ADD_ATOM(qsp, qsp::atom, pull, "qsp_pull")
   CAF_ADD_ATOM(qsp, qsp::atom, subscribe, "qsp_sub")
   CAF_ADD_ATOM(qsp, qsp::atom, unsubscribe, "qsp_unsub")
   CAF_ADD_ATOM(qsp, qsp::atom, shutdown, "qsp_stop")
+  CAF_ADD_ATOM(qsp, qsp::atom, assign, "qsp_assign")
+  CAF_ADD_ATOM(qsp, qsp::atom, revoke, "qsp_revoke")
 CAF_END_TYPE_ID_BLOCK(qsp)
 
 CAF_ERROR_CODE_ENUM(qsp::ec, "qsp")
