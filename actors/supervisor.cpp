@@ -312,6 +312,8 @@ void regenerate(supervisor_pointer self) {
   st.regenerating = true;
   ++st.generation; // outdates a pending verification and backoff timer
   stop_children(self, caf::exit_reason::user_shutdown, true);
+  // Not ready for the new ownership until its generation says so.
+  transition(self, "verifying", "ownership changed");
   if (st.dying.empty())
     finish_regeneration(self);
 }

@@ -1,0 +1,289 @@
+// Several nodes, one namespace (DESIGN.md §12): ownership by assign/revoke,
+// fenced checkpoint writes, and the namespace-wide readiness gate.  Two
+// projections share one fake world where a test needs two nodes.
+// (Every test also runs the fixture's invariants.)
+#define CAF_SUITE cluster
+
+#include "tests/actor/fixture.hpp"
+
+using namespace qsp;
+using namespace qsp::test;
+
+namespace {
+
+using parts = std::vector<int32_t>;
+
+struct fixture : projection_fixture {
+  fixture() {
+    settings.ownership = ownership_mode::host;
+    settings.node_id = "node-a";
+    settings.heartbeat_interval = 50ms;
+  }
+
+  /// Asks `target` (from a fresh helper actor) and steps until answered.
+  template <class T, class... Ts>
+  caf::expected<T> ask_of(projection_actor target, Ts... xs) {
+    auto res = std::make_shared<std::optional<caf::expected<T>>>();
+    sys.spawn(prober<T, Ts...>, res, target, xs...);
+    for (size_t i = 0; i < 1000000 && !*res; ++i) {
+      if (!sched.try_run_once())
+        sched.advance_time(settings.idle_poll);
+      check_invariants();
+    }
+    if (!*res)
+      return caf::make_error(ec::unspecified, "test: no answer");
+    return std::move(**res);
+  }
+
+  caf::expected<caf::ok_atom> assign(parts ps) { return ask_of<caf::ok_atom>(proj, atom::assign_v, ps); }
+  caf::expected<caf::ok_atom> revoke(parts ps) { return ask_of<caf::ok_atom>(proj, atom::revoke_v, ps); }
+
+  /// A second node on the same world.
+  projection_actor spawn_peer(const std::string& node) {
+    auto cfg = settings;
+    cfg.node_id = node;
+    auto opts = deterministic();
+    opts.logs = quiet_log();
+    auto p = spawn_projection(sys, cfg, ports, decoder, std::make_shared<metrics>(), opts);
+    CAF_REQUIRE(p);
+    peers.push_back(*p);
+    return *p;
+  }
+
+  std::optional<std::string> owner_field(int32_t p, const std::string& field) {
+    std::lock_guard<std::recursive_mutex> g{world->mtx};
+    auto i = world->hashes.find(world->ns + ":owner:" + world->topic + ":" + std::to_string(p));
+    if (i == world->hashes.end() || i->second.count(field) == 0)
+      return std::nullopt;
+    return i->second.at(field);
+  }
+
+  bool has_status(int32_t p) {
+    std::lock_guard<std::recursive_mutex> g{world->mtx};
+    return world->hashes.count(world->ns + ":status:" + world->topic + ":" + std::to_string(p)) > 0;
+  }
+
+  bool namespace_ready() {
+    auto st = status();
+    return st && st->namespace_ready;
+  }
+
+  ~fixture() override {
+    for (auto& p : peers)
+      caf::anon_send(p, atom::shutdown_v);
+    sched.run();
+  }
+
+  std::vector<projection_actor> peers;
+};
+
+} // namespace
+
+CAF_TEST_FIXTURE_SCOPE(cluster_tests, fixture)
+
+CAF_TEST(with ownership all nothing of the cluster machinery runs) {
+  settings.ownership = ownership_mode::all;
+  fill(0, 5);
+  start();
+  CAF_REQUIRE(drive_to("ready"));
+  run_for(1s);
+  CAF_CHECK_EQUAL(world->calls.claims, 0u);
+  CAF_CHECK_EQUAL(world->calls.publishes, 0u);
+  CAF_CHECK(!owner_field(0, "epoch"));
+  auto st = status();
+  CAF_REQUIRE(st);
+  CAF_CHECK(st->ready && st->namespace_ready);
+  CAF_CHECK_EQUAL(st->owned.size(), 3u);
+  auto r = ask_of<caf::ok_atom>(proj, atom::assign_v, parts{0});
+  CAF_REQUIRE(!r);
+  CAF_CHECK(has_code(r.error(), ec::invalid_config));
+}
+
+CAF_TEST(an assigned partition is claimed verified and projected and the gate waits for every partition) {
+  fill(0, 20);
+  fill(1, 20);
+  fill(2, 20);
+  start();
+  CAF_REQUIRE(drive_to("ready")); // owns nothing yet: ready locally ...
+  CAF_CHECK(!namespace_ready());  // ... but no partition has an owner
+  CAF_CHECK(!pull("u1", 5));
+  CAF_REQUIRE(assign({0}));
+  h0 = {{0, 20}};
+  CAF_CHECK_EQUAL(owner_field(0, "node").value_or(""), "node-a");
+  CAF_CHECK_EQUAL(owner_field(0, "epoch").value_or(""), "1");
+  CAF_REQUIRE(drive([&] { return world->checkpoint(0) == std::optional<int64_t>{20}; }));
+  CAF_CHECK(!world->checkpoint(1));
+  CAF_CHECK(!world->checkpoint(2));
+  run_for(200ms);
+  CAF_CHECK(has_status(0));
+  CAF_CHECK(!namespace_ready());
+  auto gate = pull("u1", 5);
+  CAF_REQUIRE(!gate);
+  CAF_CHECK(has_code(gate.error(), ec::not_ready));
+  auto st = status();
+  CAF_REQUIRE(st);
+  CAF_CHECK_EQUAL(st->state, "ready");
+  CAF_REQUIRE_EQUAL(st->cluster.size(), 3u);
+  CAF_CHECK(st->cluster[0].ready);
+  CAF_CHECK(!st->cluster[1].ready && contains(st->cluster[1].why, "no owner"));
+  // A second node takes the rest: both gates open.
+  auto b = spawn_peer("node-b");
+  CAF_REQUIRE(ask_of<caf::ok_atom>(b, atom::assign_v, parts{1, 2}));
+  // The gate opens only once node-b's partitions reached their H0.
+  bool early = false;
+  CAF_REQUIRE(drive([&] {
+    bool open = namespace_ready();
+    early |= open && (world->checkpoint(1) != std::optional<int64_t>{20}
+                      || world->checkpoint(2) != std::optional<int64_t>{20});
+    return open;
+  }));
+  CAF_CHECK(!early);
+  CAF_CHECK(pull("u1", 5));
+  auto sb = ask_of<projection_status>(b, atom::status_v);
+  CAF_REQUIRE(sb);
+  CAF_CHECK(sb->ready);
+  CAF_CHECK(sb->owned == parts({1, 2}));
+  CAF_CHECK(world->checkpoint(1) == std::optional<int64_t>{20});
+  CAF_CHECK(world->checkpoint(2) == std::optional<int64_t>{20});
+  // A partition whose owner goes dirty closes every node's gate.
+  world->redis_frozen = true;
+  CAF_REQUIRE(drive([&] { return !namespace_ready(); }));
+  world->redis_frozen = false;
+  CAF_REQUIRE(drive([&] { return namespace_ready(); }));
+}
+
+CAF_TEST(a revoke during a pending confirm abandons the batch without a checkpoint) {
+  fill(0, 10);
+  start();
+  CAF_REQUIRE(assign({0}));
+  h0 = {{0, 10}};
+  CAF_REQUIRE(drive([&] { return world->checkpoint(0) == std::optional<int64_t>{10}; }));
+  // The next batch's ZADDs are sent but their replies never come in.
+  world->confirm_not_yet = 1000000;
+  auto sends = world->calls.max_unconfirmed;
+  fill(0, 10);
+  CAF_REQUIRE(drive([&] { return world->calls.confirm > 0 && world->calls.not_yet > 0; }));
+  (void) sends;
+  auto written = world->calls.write_checkpoint;
+  CAF_REQUIRE(revoke({0}));
+  // Answered: nothing of partition 0 runs, and its checkpoint stayed.
+  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{10});
+  CAF_CHECK_EQUAL(world->calls.write_checkpoint, written);
+  CAF_CHECK(!has_status(0));
+  world->confirm_not_yet = 0;
+  run_for(2s);
+  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{10});
+  CAF_CHECK_EQUAL(world->calls.write_checkpoint, written);
+  auto st = status();
+  CAF_REQUIRE(st);
+  CAF_CHECK(st->owned.empty());
+}
+
+CAF_TEST(an assign while a verification is running restarts it with both partitions) {
+  fill(0, 10);
+  fill(1, 10);
+  start();
+  CAF_REQUIRE(drive_to("ready"));
+  // Two assigns back to back: the second arrives while the verification the
+  // first started has not answered yet.
+  auto r0 = std::make_shared<std::optional<caf::expected<caf::ok_atom>>>();
+  auto r1 = std::make_shared<std::optional<caf::expected<caf::ok_atom>>>();
+  sys.spawn(prober<caf::ok_atom, atom::assign, parts>, r0, proj, atom::assign_v, parts{0});
+  sys.spawn(prober<caf::ok_atom, atom::assign, parts>, r1, proj, atom::assign_v, parts{1});
+  CAF_REQUIRE(drive([&] { return *r0 && *r1; }));
+  CAF_CHECK(**r0);
+  CAF_CHECK(**r1);
+  h0 = {{0, 10}, {1, 10}};
+  CAF_REQUIRE(drive([&] {
+    return world->checkpoint(0) == std::optional<int64_t>{10}
+           && world->checkpoint(1) == std::optional<int64_t>{10};
+  }));
+  // Each partition was claimed once: the restarted verification reused the
+  // claims it had made, it did not fence itself.
+  CAF_CHECK_EQUAL(world->calls.claims, 2u);
+  CAF_CHECK_EQUAL(owner_field(0, "epoch").value_or(""), "1");
+  CAF_CHECK_EQUAL(owner_field(1, "epoch").value_or(""), "1");
+}
+
+CAF_TEST(revoke then re-assign the same partition continues from its checkpoint with a new epoch) {
+  fill(0, 10);
+  start();
+  CAF_REQUIRE(assign({0}));
+  h0 = {{0, 10}};
+  CAF_REQUIRE(drive([&] { return world->checkpoint(0) == std::optional<int64_t>{10}; }));
+  CAF_REQUIRE(revoke({0}));
+  fill(0, 10);
+  run_for(500ms);
+  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{10}); // nobody owns it
+  CAF_REQUIRE(assign({0}));
+  h0 = {{0, 20}};
+  CAF_CHECK_EQUAL(owner_field(0, "epoch").value_or(""), "2");
+  CAF_REQUIRE(drive([&] { return world->checkpoint(0) == std::optional<int64_t>{20}; }));
+  CAF_CHECK(world->score("u1", "p0-c10"));
+}
+
+CAF_TEST(a former owner whose partition was claimed by another node is fenced and lets it go) {
+  fill(0, 10);
+  fill(1, 10);
+  start();
+  CAF_REQUIRE(assign({0, 1}));
+  h0 = {{0, 10}, {1, 10}};
+  CAF_REQUIRE(drive([&] { return world->checkpoint(0) == std::optional<int64_t>{10}; }));
+  // While this node is "paused", node-b claims partition 0 (epoch 2): the
+  // next checkpoint write of node-a must be refused in the same atomic step.
+  bool claimed = false;
+  world->before_checkpoint_write = [&](int32_t p, int64_t) {
+    if (p != 0 || claimed)
+      return;
+    claimed = true;
+    auto& h = world->hashes[world->ns + ":owner:" + world->topic + ":0"];
+    h["epoch"] = "2";
+    h["node"] = "node-b";
+  };
+  fill(0, 10);
+  CAF_REQUIRE(drive([&] { return world->calls.fenced > 0; }));
+  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{10});
+  CAF_REQUIRE(drive([&] {
+    auto st = status();
+    return st && st->state == "ready" && st->owned == parts{1};
+  }));
+  // Partition 1 goes on; partition 0 is never advanced by node-a again.
+  fill(0, 5);
+  fill(1, 5);
+  CAF_REQUIRE(drive([&] { return world->checkpoint(1) == std::optional<int64_t>{15}; }));
+  run_for(1s);
+  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{10});
+  CAF_CHECK_EQUAL(owner_field(0, "node").value_or(""), "node-b");
+  CAF_CHECK_EQUAL(failures_of("fenced"), 1u);
+}
+
+CAF_TEST(with static ownership a fenced partition is a refusal naming the overlap) {
+  settings.ownership = ownership_mode::static_set;
+  settings.partitions = {0};
+  fill(0, 10);
+  start();
+  h0 = {{0, 10}};
+  CAF_REQUIRE(drive([&] { return world->checkpoint(0) == std::optional<int64_t>{10}; }));
+  CAF_CHECK_EQUAL(owner_field(0, "epoch").value_or(""), "1");
+  {
+    std::lock_guard<std::recursive_mutex> g{world->mtx};
+    auto& h = world->hashes[world->ns + ":owner:" + world->topic + ":0"];
+    h["epoch"] = "2";
+    h["node"] = "node-b";
+  }
+  fill(0, 5);
+  CAF_REQUIRE(drive_to("refused"));
+  CAF_CHECK(contains(last_error(), "projection.ownership = static"));
+  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{10});
+}
+
+CAF_TEST(assign outside the partition count is a config error) {
+  start();
+  CAF_REQUIRE(drive_to("ready"));
+  auto r = assign({3});
+  CAF_REQUIRE(!r);
+  CAF_CHECK(has_code(r.error(), ec::invalid_config));
+  CAF_CHECK(contains(describe(r.error()), "partition 3"));
+}
+
+CAF_TEST_FIXTURE_SCOPE_END()
