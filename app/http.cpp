@@ -44,6 +44,23 @@ std::string status_json(const projection_status& s) {
                      {"caught_up", p.next_offset >= p.h0}, {"log_end", p.log_end},
                      {"live_lag", p.live_lag},
                      {"progress_age_seconds", static_cast<double>(p.progress_age_ms) / 1e3}});
+  if (s.ownership != "all") {
+    // DESIGN.md §12: the gate is the namespace's; say which partitions hold it closed.
+    j["ownership"] = s.ownership;
+    j["node"] = s.node;
+    j["owned"] = s.owned;
+    j["namespace_ready"] = s.namespace_ready;
+    auto& held = j["held_closed"] = nlohmann::json::array();
+    auto& cl = j["cluster"] = nlohmann::json::array();
+    for (auto& c : s.cluster) {
+      cl.push_back({{"partition", c.partition}, {"owner", c.owner}, {"epoch", c.epoch},
+                    {"heartbeat_ms", c.heartbeat_ms}, {"live", c.live}, {"state", c.state},
+                    {"h0", c.h0}, {"next_offset", c.next_offset}, {"caught_up", c.caught_up},
+                    {"ready", c.ready}});
+      if (!c.ready)
+        held.push_back({{"partition", c.partition}, {"why", c.why}});
+    }
+  }
   return j.dump();
 }
 
@@ -55,6 +72,12 @@ std::string prometheus_text(const projection_status& s, const metrics& m, const 
   auto lbl = "topic=\"" + topic + "\"";
   metric("qsp_ready", "gauge", "1 when every partition reached its start target H0");
   out += "qsp_ready{" + lbl + "} " + (s.ready ? "1" : "0") + "\n";
+  metric("qsp_namespace_ready", "gauge",
+         "1 when every partition of the namespace has a live owner at its H0 (DESIGN §12; with "
+         "ownership all, the same as qsp_ready)");
+  out += "qsp_namespace_ready{" + lbl + "} " + (s.namespace_ready ? "1" : "0") + "\n";
+  metric("qsp_owned_partitions", "gauge", "partitions this node owns now");
+  out += "qsp_owned_partitions{" + lbl + "} " + std::to_string(s.owned.size()) + "\n";
   metric("qsp_state", "gauge", "current supervisor state (1 for the active one)");
   for (auto* st : {"starting", "verifying", "catching-up", "ready", "dirty", "refused", "stopped"})
     out += "qsp_state{" + lbl + ",state=\"" + st + "\"} " + (s.state == st ? "1" : "0") + "\n";

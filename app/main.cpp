@@ -27,12 +27,14 @@
 #include "app/node_config.hpp"
 #include "app/progress.hpp"
 #include "core/dispatch.hpp"
+#include "redis/stores.hpp"
 
 namespace {
 
 using namespace qsp;
 
-constexpr int exit_ok = 0, exit_usage = 2, exit_refused = 3, exit_unreachable = 4;
+constexpr int exit_ok = 0, exit_usage = 2, exit_refused = 3, exit_unreachable = 4,
+              exit_not_ready = 6;
 
 const char* usage = R"(usage: qsession-projection <command> [--config-file=PATH] [--<group>.<key>=<value> ...]
        qsession-projection --version
@@ -48,6 +50,8 @@ commands:
              exit: 0, 4, 2
   audit      replay the log (low = 0) up to the checkpoints into a model and diff it with Redis
              exit: 0 consistent, 5 differences found, 3 cannot prove, 4 unreachable, 2 bad usage
+  cluster    the namespace's ownership table: owner, epoch, heartbeat, status, readiness (--json)
+             exit: 0 namespace ready, 6 not ready, 4 Redis unreachable, 2 bad usage
 
 progress (catch-up, audit, and run while it catches up), on stderr:
   --progress=auto|on|off   auto (default): a bar redrawn in place when stderr is a terminal
@@ -122,6 +126,50 @@ int cmd_verify(const app::node_settings& s) {
   }
   std::printf("verdict: would start\n");
   return exit_ok;
+}
+
+// -- cluster --------------------------------------------------------------------
+
+int cmd_cluster(const app::node_settings& s, bool json) {
+  auto store = redis::redis_cluster_store::open(redis_config_of(s.projection));
+  if (!store) {
+    std::cerr << "cluster: " << describe(store.error()) << '\n';
+    return exit_for(store.error());
+  }
+  auto view = (*store)->view(s.projection.topic, s.projection.partition_count);
+  if (!view) {
+    std::cerr << "cluster: " << describe(view.error()) << '\n';
+    return exit_for(view.error());
+  }
+  bool ready = std::all_of(view->begin(), view->end(), [](auto& c) { return c.ready; });
+  auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+               .count();
+  if (json) {
+    projection_status st;
+    st.ownership = "cluster";
+    st.cluster = *view;
+    st.namespace_ready = ready;
+    auto j = nlohmann::json::parse(app::status_json(st));
+    nlohmann::json out{{"namespace", s.projection.ns}, {"topic", s.projection.topic},
+                       {"namespace_ready", ready}, {"partitions", j["cluster"]},
+                       {"held_closed", j["held_closed"]}};
+    std::cout << out.dump(2) << '\n';
+    return ready ? exit_ok : exit_not_ready;
+  }
+  std::cout << "namespace " << s.projection.ns << ", topic " << s.projection.topic << ": "
+            << (ready ? "ready" : "NOT ready") << "\n\n";
+  std::cout << fmt::format("{:>9}  {:<24} {:>6} {:>10}  {:<12} {:>22}  {}\n", "partition", "owner",
+                           "epoch", "heartbeat", "state", "next_offset / H0", "ready");
+  for (auto& c : *view) {
+    auto age = c.heartbeat_ms > 0 ? fmt::format("{:.1f}s ago", (now - c.heartbeat_ms) / 1e3)
+                                  : std::string{"-"};
+    auto prog = c.live ? fmt::format("{} / {}", c.next_offset, c.h0) : std::string{"-"};
+    std::cout << fmt::format("{:>9}  {:<24} {:>6} {:>10}  {:<12} {:>22}  {}\n", c.partition,
+                             c.owner.empty() ? "-" : c.owner, c.epoch, age,
+                             c.live ? c.state : "-", prog, c.ready ? "yes" : "no: " + c.why);
+  }
+  return ready ? exit_ok : exit_not_ready;
 }
 
 int cmd_inspect(const app::node_settings& s, bool json) {
@@ -299,7 +347,7 @@ int cmd_run(caf::actor_system& sys, const app::node_settings& s, bool catch_up_o
 } // namespace
 
 int main(int argc, char** argv) {
-  std::vector<std::string> commands{"run", "catch-up", "verify", "inspect", "audit"};
+  std::vector<std::string> commands{"run", "catch-up", "verify", "inspect", "audit", "cluster"};
   std::string cmd = argc > 1 ? argv[1] : "";
   app::node_config cfg;
   if (cmd == "--version" || cmd == "version") {
@@ -327,7 +375,7 @@ int main(int argc, char** argv) {
   std::vector<char*> args{argv[0]};
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--json" && cmd == "inspect")
+    if (a == "--json" && (cmd == "inspect" || cmd == "cluster"))
       json = true;
     else if (a.rfind("--progress=", 0) == 0 && shows_progress) {
       auto m = app::parse_progress_mode(a.substr(11));
@@ -380,6 +428,15 @@ int main(int argc, char** argv) {
   // check once here so a typo is a usage error, not a restart loop.
   if (auto probe = kafka::dispatch_log_consumer::make(kafka_config_of(settings->projection)); !probe) {
     std::cerr << "error: " << describe(probe.error()) << '\n';
+    return exit_usage;
+  }
+  if (cmd == "cluster")
+    return cmd_cluster(*settings, json);
+  if (cmd == "catch-up" && (settings->projection.ownership == ownership_mode::group
+                            || settings->projection.ownership == ownership_mode::host)) {
+    std::cerr << "error: catch-up: projection.ownership = "
+              << to_string(settings->projection.ownership)
+              << " takes partitions while running; use run (or ownership all or static)\n";
     return exit_usage;
   }
   if (cmd == "verify")

@@ -536,6 +536,7 @@ redis_cluster_store::view(const std::string& topic, int32_t partition_count) {
     cp.partition = p;
     cp.owner = o.node;
     cp.epoch = o.epoch;
+    cp.heartbeat_ms = o.heartbeat_ms;
     cp.live = verdict.live;
     cp.state = s.present ? s.state : std::string{};
     cp.h0 = s.h0;

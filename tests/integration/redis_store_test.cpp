@@ -551,3 +551,82 @@ TEST(RedisCheckpointStore, LeaderEpochSidecarIsWrittenWithTheCheckpointOnly) {
   ASSERT_EQ(bad.problems.size(), 1u);
   EXPECT_EQ(bad.problems[0].field, "leader_epoch");
 }
+
+// DESIGN.md §12 against a real Redis: claims grow the epoch, the guarded
+// write refuses an older epoch in the same atomic step (the checkpoint hash
+// keeps its seven fields), statuses are fenced, expire and are released.
+TEST(RedisOwnership, ClaimsFenceOlderEpochsAndStatusesExpire) {
+  auto ns = test::unique_name("ns");
+  auto topic = test::unique_name("t");
+  auto id = ident(topic);
+  auto a = redis::redis_checkpoint_store::open(test::redis_settings(ns, "convs:"));
+  auto b = redis::redis_checkpoint_store::open(test::redis_settings(ns, "convs:"));
+  ASSERT_TRUE(a && b);
+  ASSERT_EQ((*a)->create_meta(id), true);
+  // No owner record: an unfenced writer (ownership all, epoch 0) writes.
+  ASSERT_TRUE((*a)->write_checkpoint(id, 0, -1, 10));
+  auto ea = (*a)->claim(topic, 0, "node-a", 1000);
+  ASSERT_TRUE(ea);
+  EXPECT_EQ(*ea, 1u);
+  // From now on the unfenced writer is refused.
+  auto unfenced = (*a)->write_checkpoint(id, 0, 10, 11);
+  ASSERT_FALSE(unfenced);
+  EXPECT_EQ(unfenced.error().code(), static_cast<uint8_t>(ec::fenced));
+  ASSERT_TRUE((*a)->write_checkpoint(id, 0, 10, 20, -1, *ea));
+  // node-b takes over: node-a's next write is fenced and changes nothing.
+  auto eb = (*b)->claim(topic, 0, "node-b", 2000);
+  ASSERT_TRUE(eb);
+  EXPECT_EQ(*eb, 2u);
+  auto stale = (*a)->write_checkpoint(id, 0, 20, 30, 5, *ea);
+  ASSERT_FALSE(stale);
+  EXPECT_EQ(stale.error().code(), static_cast<uint8_t>(ec::fenced));
+  auto text = describe(stale.error());
+  EXPECT_NE(text.find("partition 0"), std::string::npos) << text;
+  EXPECT_NE(text.find("node-b"), std::string::npos) << text;
+  auto c = test::redis_conn();
+  EXPECT_EQ(test::redis_cmd(*c, {"HGET", redis::checkpoint_key(ns, topic, 0), "next_offset"}), "20");
+  EXPECT_EQ(test::redis_cmd(*c, {"HLEN", redis::checkpoint_key(ns, topic, 0)}), "7");
+  EXPECT_EQ(test::redis_cmd(*c, {"HGET", redis::owner_key(ns, topic, 0), "node"}), "node-b");
+  ASSERT_TRUE((*b)->write_checkpoint(id, 0, 20, 30, 5, *eb));
+
+  auto ca = redis::redis_cluster_store::open(test::redis_settings(ns, "convs:"));
+  auto cb = redis::redis_cluster_store::open(test::redis_settings(ns, "convs:"));
+  ASSERT_TRUE(ca && cb);
+  // node-a may no longer publish partition 0; node-b may.
+  auto fenced = (*ca)->publish(topic, "node-a", {owned_status{0, *ea, "ready", 20, 20, true}},
+                               std::chrono::milliseconds(60000), 3000);
+  ASSERT_TRUE(fenced);
+  EXPECT_EQ(*fenced, std::vector<int32_t>{0});
+  EXPECT_EQ(test::redis_cmd(*c, {"EXISTS", redis::status_key(ns, topic, 0)}), "0");
+  auto ok = (*cb)->publish(topic, "node-b", {owned_status{0, *eb, "catching-up", 40, 30, false}},
+                           std::chrono::milliseconds(60000), 3000);
+  ASSERT_TRUE(ok);
+  EXPECT_TRUE(ok->empty());
+  auto v = (*ca)->view(topic, id.partition_count);
+  ASSERT_TRUE(v);
+  ASSERT_EQ(v->size(), static_cast<size_t>(id.partition_count));
+  EXPECT_EQ((*v)[0].owner, "node-b");
+  EXPECT_EQ((*v)[0].epoch, 2u);
+  EXPECT_EQ((*v)[0].heartbeat_ms, 3000);
+  EXPECT_TRUE((*v)[0].live);
+  EXPECT_FALSE((*v)[0].ready);
+  EXPECT_NE((*v)[0].why.find("30 of H0 40"), std::string::npos) << (*v)[0].why;
+  EXPECT_FALSE((*v)[1].ready);
+  EXPECT_EQ((*v)[1].why, "no owner");
+  // Caught up: ready.  Released: gone at once (node-a cannot release it).
+  ASSERT_TRUE((*cb)->publish(topic, "node-b", {owned_status{0, *eb, "ready", 40, 40, true}},
+                             std::chrono::milliseconds(60000), 4000));
+  v = (*ca)->view(topic, id.partition_count);
+  ASSERT_TRUE(v);
+  EXPECT_TRUE((*v)[0].ready);
+  ASSERT_TRUE((*ca)->release(topic, "node-a", {{0, *ea}}));
+  EXPECT_EQ(test::redis_cmd(*c, {"EXISTS", redis::status_key(ns, topic, 0)}), "1");
+  ASSERT_TRUE((*cb)->release(topic, "node-b", {{0, *eb}}));
+  EXPECT_EQ(test::redis_cmd(*c, {"EXISTS", redis::status_key(ns, topic, 0)}), "0");
+  // A status lives only as long as its TTL.
+  ASSERT_TRUE((*cb)->publish(topic, "node-b", {owned_status{0, *eb, "ready", 40, 40, true}},
+                             std::chrono::milliseconds(60000), 5000));
+  auto ttl = std::stoll(test::redis_cmd(*c, {"PTTL", redis::status_key(ns, topic, 0)}));
+  EXPECT_GT(ttl, 0);
+  EXPECT_LE(ttl, 60000);
+}

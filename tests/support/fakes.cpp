@@ -803,6 +803,7 @@ fake_cluster_store::view(const std::string& topic, int32_t partition_count) {
       o.present = true;
       o.node = i->second["node"];
       o.epoch = static_cast<uint64_t>(num(i->second, "epoch", 0));
+      o.heartbeat_ms = num(i->second, "heartbeat_ms", 0);
     }
     if (auto i = w_->hashes.find(w_->ns + ":status:" + suffix); i != w_->hashes.end()) {
       st.present = true;
@@ -814,7 +815,7 @@ fake_cluster_store::view(const std::string& topic, int32_t partition_count) {
       st.caught_up = i->second["caught_up"] == "1";
     }
     auto v = core::judge(o, st);
-    out.push_back(cluster_partition{p, o.node, o.epoch, v.live, st.state, st.h0, st.next_offset,
+    out.push_back(cluster_partition{p, o.node, o.epoch, o.heartbeat_ms, v.live, st.state, st.h0, st.next_offset,
                                     st.caught_up, v.ready, v.why});
   }
   return out;

@@ -86,6 +86,7 @@ struct cluster_partition {
   int32_t partition = 0;
   std::string owner;       ///< the owner record's node ("" : none)
   uint64_t epoch = 0;      ///< the owner record's epoch
+  int64_t heartbeat_ms = 0; ///< the owner's last heartbeat (Unix ms; 0: none)
   bool live = false;       ///< a status of the current owner (same epoch) within its TTL
   std::string state;       ///< that status' state ("" without one)
   int64_t h0 = -1;         ///< the H0 the owner took when it got the partition
@@ -136,7 +137,7 @@ typename Inspector::result_type inspect(Inspector& f, partition_status& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, cluster_partition& x) {
-  return f(caf::meta::type_name("qsp.cluster_partition"), x.partition, x.owner, x.epoch, x.live,
+  return f(caf::meta::type_name("qsp.cluster_partition"), x.partition, x.owner, x.epoch, x.heartbeat_ms, x.live,
            x.state, x.h0, x.next_offset, x.caught_up, x.ready, x.why);
 }
 
