@@ -18,6 +18,21 @@ void generation::abort() {
     h();
 }
 
+void generation::set_claims(std::map<int32_t, uint64_t> epochs) {
+  std::lock_guard<std::mutex> g{mtx_};
+  claims_ = std::move(epochs);
+}
+
+void generation::record_claim(int32_t partition, uint64_t epoch) {
+  std::lock_guard<std::mutex> g{mtx_};
+  claims_[partition] = epoch;
+}
+
+std::map<int32_t, uint64_t> generation::claims() const {
+  std::lock_guard<std::mutex> g{mtx_};
+  return claims_;
+}
+
 bool generation::aborted() const {
   std::lock_guard<std::mutex> g{mtx_};
   return aborted_;

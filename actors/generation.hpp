@@ -37,8 +37,13 @@ struct generation {
   /// generation fails later: it still owns the partition).
   bool own_all = true;
   std::set<int32_t> owned;
-  std::map<int32_t, uint64_t> owner_epochs;
   std::string node;
+  /// The epochs known when the generation started, plus its own claims.
+  /// Thread-safe: the verifier claims on its thread while the supervisor
+  /// may already be ending the generation (it keeps the claims made).
+  void set_claims(std::map<int32_t, uint64_t> epochs);
+  void record_claim(int32_t partition, uint64_t epoch);
+  std::map<int32_t, uint64_t> claims() const;
 
   /// Interrupts every tracked store now and every store tracked later.
   void abort();
@@ -56,6 +61,7 @@ struct generation {
 private:
   void add_hook(std::function<void()> hook);
   mutable std::mutex mtx_;
+  std::map<int32_t, uint64_t> claims_;
   bool aborted_ = false;
   std::vector<std::function<void()>> hooks_;
 };

@@ -32,7 +32,7 @@ caf::expected<verified_start> verifier_state::run(const projection_settings& cfg
   // no longer move under a former owner (its writes are fenced from here on).
   if (!gen.own_all)
     for (auto p : gen.owned) {
-      if (gen.owner_epochs.count(p) > 0)
+      if (gen.claims().count(p) > 0)
         continue;
       auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
                    std::chrono::system_clock::now().time_since_epoch())
@@ -40,7 +40,7 @@ caf::expected<verified_start> verifier_state::run(const projection_settings& cfg
       auto epoch = store->claim(cfg.topic, p, gen.node, now);
       if (!epoch)
         return epoch.error();
-      gen.owner_epochs[p] = *epoch;
+      gen.record_claim(p, *epoch);
       if (gen.logs)
         gen.logs->info("partition {}: claimed by {} with epoch {}", p, gen.node, *epoch);
     }
@@ -89,7 +89,7 @@ caf::expected<verified_start> verifier_state::run(const projection_settings& cfg
     keep(vs.checkpoints);
     keep(vs.epochs);
     keep(vs.h0);
-    vs.owner_epochs = gen.owner_epochs;
+    vs.owner_epochs = gen.claims();
     keep(vs.owner_epochs);
   }
   // Create the consumer with the explicit starts; it checks [low, high] itself.

@@ -255,7 +255,7 @@ void start_generation(supervisor_pointer self) {
   gen->logs = st.logs;
   gen->own_all = !st.cfg.clustered();
   gen->owned = st.owned;
-  gen->owner_epochs = st.owner_epochs;
+  gen->set_claims(st.owner_epochs);
   gen->node = st.node;
   st.life->gen = gen;
   st.verifier = st.opts.detached_io ? self->spawn<caf::detached>(metadata_verifier, st.cfg, gen)
@@ -273,7 +273,7 @@ void start_generation(supervisor_pointer self) {
         if (st.generation != id || st.stopping)
           return;
         // Claims made before the failure stand: this node still owns them.
-        for (auto& [p, e] : gen->owner_epochs)
+        for (auto& [p, e] : gen->claims())
           if (st.owned.count(p) > 0)
             st.owner_epochs[p] = e;
         fail(self, err);
@@ -310,6 +310,11 @@ void regenerate(supervisor_pointer self) {
     return;
   }
   st.regenerating = true;
+  // Claims the ending generation made stand, for the partitions still owned.
+  if (st.life->gen)
+    for (auto& [p, e] : st.life->gen->claims())
+      if (st.owned.count(p) > 0)
+        st.owner_epochs[p] = e;
   ++st.generation; // outdates a pending verification and backoff timer
   stop_children(self, caf::exit_reason::user_shutdown, true);
   // Not ready for the new ownership until its generation says so.
