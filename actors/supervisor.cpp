@@ -142,6 +142,10 @@ std::optional<int32_t> partition_named(const caf::error& err) {
 // ownership two nodes list it, which an operator must fix.
 caf::error on_fenced(supervisor_pointer self, int32_t p, const std::string& why) {
   auto& st = self->state;
+  if (!st.cfg.clustered())
+    return caf::make_error(ec::refused,
+                           why + " (projection.ownership = all, but the namespace has owner "
+                                 "records: a cluster projects it; docs/CLUSTER.md)");
   if (st.cfg.ownership == ownership_mode::static_set)
     return caf::make_error(ec::refused, why + " (projection.ownership = static: is partition "
                                           + std::to_string(p)

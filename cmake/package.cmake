@@ -84,6 +84,7 @@ install(FILES ${PROJECT_SOURCE_DIR}/config/qsession-projection.service
 install(FILES ${qsp_pkg_dir}/qsession-projection.1.gz
         DESTINATION ${CMAKE_INSTALL_MANDIR}/man1 ${qsp_node})
 install(FILES ${PROJECT_SOURCE_DIR}/README.md ${PROJECT_SOURCE_DIR}/docs/OPERATIONS.md
+              ${PROJECT_SOURCE_DIR}/docs/CLUSTER.md
               ${PROJECT_SOURCE_DIR}/docs/RELIABILITY.md ${PROJECT_SOURCE_DIR}/docs/PERFORMANCE.md
               ${qsp_pkg_dir}/copyright ${qsp_pkg_dir}/changelog.gz
         DESTINATION ${qsp_pkg_doc} ${qsp_node})

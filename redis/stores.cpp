@@ -388,11 +388,12 @@ return fenced
 )lua";
 
 // KEYS: statuses; ARGV: node, then one epoch per key.  Deletes those still
-// published by this node at that epoch.
+// published by this node at that epoch (PEXPIRE 0 deletes at once, and the
+// ACL needs no DEL).
 constexpr const char* release_script = R"lua(
 for i = 1, #KEYS do
   local s = redis.call('HMGET', KEYS[i], 'node', 'epoch')
-  if s[1] == ARGV[1] and s[2] == ARGV[i + 1] then redis.call('DEL', KEYS[i]) end
+  if s[1] == ARGV[1] and s[2] == ARGV[i + 1] then redis.call('PEXPIRE', KEYS[i], 0) end
 end
 return 'ok'
 )lua";

@@ -107,6 +107,28 @@ TEST_F(secured, LeastPrivilegeAclUserProjectsAndSecretsNeverShow) {
                  "session_projection:checkpoint:" + topic + ":0 next_offset | grep -qx 50"),
             0);
 
+  // Clustered ownership under the same ACL (DESIGN.md §12): the claim, the
+  // fenced checkpoint write, the published status and the cluster view.
+  {
+    auto clustered = args("run", port, creds);
+    clustered.push_back("--http.listen=127.0.0.1:" + std::to_string(http_port));
+    clustered.push_back("--projection.ownership=static");
+    clustered.push_back("--projection.partitions=0");
+    auto cpid = test::spawn_cli(clustered, logf + ".static");
+    ASSERT_TRUE(test::readyz_reaches(http_port, 200, 30s)) << slurp(logf + ".static");
+    auto table = test::run_cli(args("cluster", port, creds));
+    EXPECT_EQ(table.rc, 0) << table.out << table.err;
+    EXPECT_NE(table.out.find("namespace session_projection, topic " + topic + ": ready"),
+              std::string::npos)
+      << table.out;
+    ::kill(cpid, SIGTERM);
+    EXPECT_EQ(test::wait_cli(cpid), 0) << slurp(logf + ".static");
+    // Its status went with it: the namespace is not ready without an owner.
+    auto after = test::run_cli(args("cluster", port, creds));
+    EXPECT_EQ(after.rc, 6) << after.out << after.err;
+    EXPECT_EQ(slurp(logf + ".static").find("NOPERM"), std::string::npos);
+  }
+
   auto inspect = test::run_cli(args("inspect", port, creds));
   EXPECT_EQ(inspect.rc, 0) << inspect.err;
   auto help = test::run_cli({"--help", "--redis.password=" + password});

@@ -117,6 +117,7 @@ cat >"$WORK/files.expected" <<EOF
 ./etc/$NAME/production.conf
 ./lib/systemd/system/$NAME.service
 ./usr/bin/$NAME
+./usr/share/doc/$NAME/CLUSTER.md
 ./usr/share/doc/$NAME/OPERATIONS.md
 ./usr/share/doc/$NAME/PERFORMANCE.md
 ./usr/share/doc/$NAME/README.md
