@@ -71,13 +71,20 @@ void notify(supervisor_pointer self) {
     self->send(sub, atom::status_v, s);
 }
 
+void heartbeat(supervisor_pointer self);
+
 void transition(supervisor_pointer self, std::string next, const std::string& why) {
   auto& st = self->state;
+  bool changed = st.state != next;
   if (st.state != next)
     st.logs->info("{} -> {}{}{}", st.state, next, why.empty() ? "" : ": ", why);
   st.state = std::move(next);
   st.ready = gate_open(st);
   notify(self);
+  // The namespace hears of it now, not at the next tick: a partition that
+  // caught up opens the gate sooner, a dirty one closes it sooner.
+  if (changed && st.member && !st.stopping)
+    heartbeat(self);
 }
 
 // Children are monitored (the down handler decides what their end means);
@@ -405,7 +412,23 @@ void heartbeat(supervisor_pointer self) {
   auto& st = self->state;
   if (st.stopping || !st.member)
     return;
+  if (st.hb_in_flight) {
+    st.hb_again = true;
+    return;
+  }
+  st.hb_in_flight = true;
   auto id = st.generation;
+  // After an answer: at once if asked meanwhile, else after the interval.
+  auto next = [=] {
+    auto& st = self->state;
+    st.hb_in_flight = false;
+    if (st.hb_again) {
+      st.hb_again = false;
+      heartbeat(self);
+      return;
+    }
+    self->delayed_send(self, st.cfg.heartbeat_interval, atom::heartbeat_v, ++st.hb_token);
+  };
   auto timeout = st.cfg.redis.command_timeout + std::chrono::seconds(1);
   auto send = [=](std::vector<partition_status> parts) {
     auto& st = self->state;
@@ -417,13 +440,13 @@ void heartbeat(supervisor_pointer self) {
           if (self->state.stopping)
             return;
           on_report(self, rep);
-          self->delayed_send(self, self->state.cfg.heartbeat_interval, atom::heartbeat_v);
+          next();
         },
         [=](caf::error& err) {
           if (self->state.stopping)
             return;
           on_report(self, cluster_report{{}, {}, describe(err)});
-          self->delayed_send(self, self->state.cfg.heartbeat_interval, atom::heartbeat_v);
+          next();
         });
   };
   if (!st.aggregator) {
@@ -608,7 +631,7 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
     st.life->member = caf::actor_cast<caf::actor>(st.member);
     st.life->member_io = st.member_io;
     self->monitor(st.member);
-    self->send(self, atom::heartbeat_v);
+    self->send(self, atom::heartbeat_v, st.hb_token);
   }
   if (st.cfg.ownership == ownership_mode::group) {
     auto* sys = &self->system();
@@ -761,7 +784,10 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
       regenerate(self);
       return rp;
     },
-    [=](atom::heartbeat) { heartbeat(self); },
+    [=](atom::heartbeat, uint64_t token) {
+      if (token == self->state.hb_token)
+        heartbeat(self);
+    },
     [=](atom::verify, const caf::error& err) {
       // The group membership cannot go on (authorization, a fatal error).
       auto& st = self->state;

@@ -73,6 +73,11 @@ struct supervisor_state {
   member_actor member;
   std::shared_ptr<qsp::generation> member_io;
   bool namespace_ready = false;
+  /// One heartbeat at a time: a timer tick counts only with the current
+  /// token; a change of state asks for one at once (`hb_again` if one runs).
+  uint64_t hb_token = 0;
+  bool hb_in_flight = false;
+  bool hb_again = false;
   std::vector<cluster_partition> cluster;
   std::string cluster_error;
   /// ownership = group: the membership (its own thread and handle).

@@ -101,7 +101,7 @@ using supervisor_actor = projection_actor::extend<
   caf::reacts_to<atom::ready>,
   caf::reacts_to<atom::restart, uint64_t>,
   caf::reacts_to<atom::tick>,
-  caf::reacts_to<atom::heartbeat>,           ///< the cluster heartbeat's timer
+  caf::reacts_to<atom::heartbeat, uint64_t>, ///< the cluster heartbeat's timer (its token)
   caf::reacts_to<atom::verify, caf::error>>; ///< the group membership failed
 
 } // namespace qsp

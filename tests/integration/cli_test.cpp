@@ -55,6 +55,21 @@ TEST(Cli, BadUsageAndBadConfigExitTwoNamingTheKey) {
     {{"verify", "--config-file=/nonexistent/x.conf"}, "/nonexistent/x.conf"},
     {{"verify", "--projection.dispatch-topic=t", "--projection.partition-count=1",
       "--redis.password-file=/nonexistent/pw"}, "redis.password-file"},
+    // Ownership (docs/CLUSTER.md).
+    {{"verify", "--projection.dispatch-topic=t", "--projection.partition-count=4",
+      "--projection.ownership=leader"}, "projection.ownership: one of all, static, group, host"},
+    {{"verify", "--projection.dispatch-topic=t", "--projection.partition-count=4",
+      "--projection.ownership=static"}, "projection.partitions: required with"},
+    {{"verify", "--projection.dispatch-topic=t", "--projection.partition-count=4",
+      "--projection.ownership=static", "--projection.partitions=0-4"}, "outside [0, 3]"},
+    {{"verify", "--projection.dispatch-topic=t", "--projection.partition-count=4",
+      "--projection.ownership=static", "--projection.partitions=1,1"}, "listed twice"},
+    {{"verify", "--projection.dispatch-topic=t", "--projection.partition-count=4",
+      "--projection.partitions=1"}, "only with projection.ownership = static"},
+    {{"verify", "--projection.dispatch-topic=t", "--projection.partition-count=4",
+      "--kafka.session-timeout-ms=10"}, "kafka.session-timeout-ms"},
+    {{"catch-up", "--projection.dispatch-topic=t", "--projection.partition-count=4",
+      "--projection.ownership=group"}, "catch-up: projection.ownership = group"},
   };
   for (auto& r : rows) {
     auto res = test::run_cli(r.args);
