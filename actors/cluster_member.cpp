@@ -18,6 +18,7 @@ int64_t now_ms() {
 
 member_actor::behavior_type cluster_member(member_actor::stateful_pointer<member_state> self,
                                            projection_settings cfg, std::string node,
+                                           std::shared_ptr<port_factory> ports,
                                            std::shared_ptr<generation> io) {
   // A status outlives three heartbeats: one late heartbeat does not close
   // the gate, a node silent for three does.
@@ -25,7 +26,7 @@ member_actor::behavior_type cluster_member(member_actor::stateful_pointer<member
   auto store = [=]() -> caf::expected<cluster_store*> {
     auto& st = self->state;
     if (!st.store) {
-      auto made = io->ports->make_cluster_store();
+      auto made = ports->make_cluster_store();
       if (!made)
         return made.error();
       st.store = std::move(*made);

@@ -18,9 +18,12 @@ struct member_state {
 };
 
 /// `io` only interrupts the store's blocking calls (abort() when the
-/// projection ends); it is not a pipeline generation.
+/// projection ends); it is not a pipeline generation.  The port factory is
+/// held by this actor alone (it holds the projection's I/O token: a
+/// shutdown completes only once this actor has ended).
 member_actor::behavior_type cluster_member(member_actor::stateful_pointer<member_state> self,
                                            projection_settings cfg, std::string node,
+                                           std::shared_ptr<port_factory> ports,
                                            std::shared_ptr<generation> io);
 
 } // namespace qsp

@@ -623,11 +623,10 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
                                    : ", partitions " + core::format_partition_list(std::vector<int32_t>(
                                                          st.owned.begin(), st.owned.end())));
     st.member_io = std::make_shared<qsp::generation>();
-    st.member_io->ports = st.ports;
-    st.member_io->logs = st.logs;
-    st.member = st.opts.detached_io
-                  ? self->spawn<caf::detached>(cluster_member, st.cfg, st.node, st.member_io)
-                  : self->spawn(cluster_member, st.cfg, st.node, st.member_io);
+    st.member = st.opts.detached_io ? self->spawn<caf::detached>(cluster_member, st.cfg, st.node,
+                                                                 st.ports, st.member_io)
+                                    : self->spawn(cluster_member, st.cfg, st.node, st.ports,
+                                                  st.member_io);
     st.life->member = caf::actor_cast<caf::actor>(st.member);
     st.life->member_io = st.member_io;
     self->monitor(st.member);

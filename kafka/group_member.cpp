@@ -139,6 +139,9 @@ caf::expected<std::unique_ptr<group_membership>> make_group_member(group_member_
     });
   if (!rk)
     return rk.error();
+  // The handle holds the projection's I/O token until it is destroyed; the
+  // settings kept here must not (a shutdown waits for the token).
+  core->cfg.client.keepalive.reset();
   rd_kafka_poll_set_consumer(rk->get());
   auto* list = rd_kafka_topic_partition_list_new(1);
   rd_kafka_topic_partition_list_add(list, core->cfg.topic.c_str(), RD_KAFKA_PARTITION_UA);
