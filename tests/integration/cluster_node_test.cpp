@@ -57,3 +57,82 @@ TEST(GroupNode, JoinsClaimsEveryPartitionAndLeavesCleanlyOnSigterm) {
   EXPECT_EQ(after.rc, 6) << after.out << after.err;
   EXPECT_NE(after.out.find("published no live status"), std::string::npos) << after.out;
 }
+
+namespace {
+
+/// A `run` node with static ownership of `parts` on port `port`.
+int start_static(const std::string& topic, const std::string& ns, const std::string& node,
+                 const std::string& parts, uint16_t port, const std::string& log) {
+  auto args = test::node_args(topic, 4, ns, "convs:");
+  args.insert(args.begin(), "run");
+  test::set_option(args, "http.listen", "127.0.0.1:" + std::to_string(port));
+  args.push_back("--projection.ownership=static");
+  args.push_back("--projection.partitions=" + parts);
+  args.push_back("--projection.node-id=" + node);
+  return test::spawn_cli(args, log);
+}
+
+} // namespace
+
+TEST(StaticNodes, SplitThePartitionsShareOneGateAndAnOverlapIsRefused) {
+  auto topic = test::unique_name("stat");
+  auto ns = test::unique_name("ns");
+  test::create_topic(topic, 4);
+  auto p = kafka::producer::make(test::kafka_client());
+  ASSERT_TRUE(p);
+  auto produce = [&](uint64_t from, uint64_t to) {
+    for (uint64_t i = from; i < to; ++i)
+      ASSERT_TRUE(p->send(topic, static_cast<int32_t>(i % 4),
+                          core::encode_json(test::make_dispatch(i))));
+    ASSERT_TRUE(p->flush());
+  };
+  produce(0, 40);
+  auto pa = test::free_port(), pb = test::free_port();
+  auto la = "/tmp/" + test::unique_name("static-a") + ".log";
+  auto lb = "/tmp/" + test::unique_name("static-b") + ".log";
+  auto a = start_static(topic, ns, "node-a", "0-1", pa, la);
+  // node-a alone: its partitions caught up, yet its gate stays closed while
+  // partitions 2 and 3 have no owner, and /readyz says so.
+  auto c = test::redis_conn();
+  ASSERT_TRUE(test::eventually([&] {
+    return test::redis_cmd(*c, {"HGET", redis::checkpoint_key(ns, topic, 1), "next_offset"})
+           == "10";
+  })) << slurp(la);
+  test::http_reply r;
+  ASSERT_TRUE(test::eventually([&] {
+    r = test::http_get(pa, "/readyz");
+    return r.body.find("\"state\":\"ready\"") != std::string::npos;
+  })) << slurp(la);
+  EXPECT_EQ(r.status, 503) << r.body;
+  EXPECT_NE(r.body.find("{\"partition\":2,\"why\":\"no owner\"}"), std::string::npos) << r.body;
+  EXPECT_EQ(test::http_get(pa, "/v1/users/u1/sessions").status, 503);
+  // node-b takes the rest: both gates open.
+  auto b = start_static(topic, ns, "node-b", "2-3", pb, lb);
+  EXPECT_TRUE(test::readyz_reaches(pa, 200, 60s)) << slurp(la) << slurp(lb);
+  EXPECT_TRUE(test::readyz_reaches(pb, 200, 60s)) << slurp(lb);
+  EXPECT_EQ(test::http_get(pb, "/v1/users/u1/sessions").status, 200);
+  // node-c lists partition 1 too: its claim fences node-a, whose next
+  // checkpoint of partition 1 is refused; node-a refuses (exit 3) naming it.
+  auto pc = test::free_port();
+  auto lc = "/tmp/" + test::unique_name("static-c") + ".log";
+  auto cpid = start_static(topic, ns, "node-c", "1", pc, lc);
+  ASSERT_TRUE(test::eventually([&] {
+    return test::redis_cmd(*c, {"HGET", redis::owner_key(ns, topic, 1), "node"}) == "node-c";
+  })) << slurp(lc);
+  produce(40, 80);
+  auto rc = test::wait_cli_for(a, 60s);
+  ASSERT_TRUE(rc) << slurp(la);
+  EXPECT_EQ(*rc, 3) << slurp(la);
+  EXPECT_NE(slurp(la).find("projection.ownership = static"), std::string::npos) << slurp(la);
+  // Nothing was lost: node-c projects partition 1, node-b 2 and 3; partition
+  // 0 waits for its owner (node-a is gone), and the gate says so.
+  ASSERT_TRUE(test::eventually([&] {
+    return test::redis_cmd(*c, {"HGET", redis::checkpoint_key(ns, topic, 1), "next_offset"})
+           == "20";
+  })) << slurp(lc);
+  EXPECT_TRUE(test::readyz_reaches(pb, 503, 30s)) << slurp(lb);
+  for (auto pid : {b, cpid}) {
+    ::kill(pid, SIGTERM);
+    EXPECT_EQ(test::wait_cli(pid), 0);
+  }
+}
