@@ -52,7 +52,7 @@ struct writer_state {
   };
   struct member_slot {
     uint32_t user;
-    uint64_t conv_hash;
+    uint64_t hash;  ///< of (user, conversation)
     std::string_view conv;
     int64_t score;
   };
@@ -60,6 +60,7 @@ struct writer_state {
   std::vector<member_slot> distinct;
   std::vector<uint64_t> user_table;    ///< open addressing: hash tag | index + 1 into users
   std::vector<uint64_t> member_table;  ///< open addressing: hash tag | index + 1 into distinct
+  std::vector<uint64_t> hashes;        ///< per recipient entry: user hash, member hash
   std::vector<session_member> members;
   std::vector<session_update> updates;
 
