@@ -110,6 +110,7 @@ const std::vector<session_update>& writer_state::coalesce(const partition_batch&
   for (size_t i = 0, e = 0; i < batch.size(); ++i) {
     const std::string_view conv = batch.conversation_id(i);
     const int64_t score = batch.created_at(i);
+    const auto record = static_cast<uint32_t>(i);
     for (size_t j = 0; j < batch.recipient_count(i); ++j, ++e) {
       if (e + ahead < entries) {
         __builtin_prefetch(&user_table[hashes[2 * (e + ahead)] & user_mask]);
@@ -123,11 +124,17 @@ const std::vector<session_update>& writer_state::coalesce(const partition_batch&
         const uint64_t at = user_table[slot];
         if (at == 0) {
           u = static_cast<uint32_t>(users.size());
-          users.push_back(user_slot{user, hu, 0});
+          // Field by field into place: a braced temporary is built on the
+          // stack in pieces and copied in one 16-byte load, which waits for
+          // those stores (a store-forwarding stall per entry).
+          auto& added = users.emplace_back();
+          added.name = user.data();
+          added.size = static_cast<uint32_t>(user.size());
+          added.hash = hu;
           user_table[slot] = make_slot(hu, u);
           break;
         }
-        if (tag_matches(at, hu) && same_text(users[slot_index(at)].name, user)) {
+        if (tag_matches(at, hu) && same_text(users[slot_index(at)].view(), user)) {
           u = static_cast<uint32_t>(slot_index(at));
           break;
         }
@@ -139,15 +146,19 @@ const std::vector<session_update>& writer_state::coalesce(const partition_batch&
         const uint64_t at = member_table[slot];
         if (at == 0) {
           member_table[slot] = make_slot(hm, distinct.size());
-          distinct.push_back(member_slot{u, hm, conv, score});
+          auto& added = distinct.emplace_back();
+          added.hash = hm;
+          added.user = u;
+          added.record = record;
           ++users[u].members;
           break;
         }
         if (tag_matches(at, hm)) {
           auto& known = distinct[slot_index(at)];
-          if (known.user == u && known.hash == hm && same_text(known.conv, conv)) {
-            if (score > known.score)
-              known.score = score;
+          if (known.user == u && known.hash == hm
+              && same_text(batch.conversation_id(known.record), conv)) {
+            if (score > batch.created_at(known.record))
+              known.record = record;
             break;
           }
         }
@@ -160,12 +171,18 @@ const std::vector<session_update>& writer_state::coalesce(const partition_batch&
   for (auto& u : users)
     start += std::exchange(u.members, start);
   members.resize(distinct.size());
-  for (auto& m : distinct)
-    members[users[m.user].members++] = session_member{m.conv, m.score};
+  for (auto& m : distinct) {
+    auto& to = members[users[m.user].members++];
+    to.conversation = batch.conversation_id(m.record);
+    to.created_at = batch.created_at(m.record);
+  }
   updates.clear();
   start = 0;
   for (auto& u : users) {
-    updates.push_back(session_update{u.name, members.data() + start, u.members - start});
+    auto& up = updates.emplace_back();
+    up.user = u.view();
+    up.members = members.data() + start;
+    up.count = u.members - start;
     start = u.members;
   }
   return updates;
