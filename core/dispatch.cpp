@@ -176,7 +176,12 @@ struct batch_sink {
   void created_at(int64_t v) { rec.created_at = v; }
   void recipient(size_t index, std::string_view v) {
     if (index == 0) rec.first_recipient = out.recipients.size();
-    out.recipients.push_back(out.add_text(v));
+    // Field by field into place (a returned text_ref copied in would be
+    // stored to the stack in pieces and reloaded whole: a stall).
+    auto& r = out.recipients.emplace_back();
+    r.offset = out.text.size();
+    r.size = v.size();
+    out.text.append(v);
   }
   void recipients_end(size_t count) {
     if (count == 0) rec.first_recipient = out.recipients.size();
