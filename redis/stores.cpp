@@ -475,9 +475,7 @@ caf::expected<void> redis_session_store::send(const std::vector<session_update>&
       p = put_bulk(p, u.members[i].conversation);
     }
   }
-  if (p != begin)
-    conn_->append_formatted(std::string_view{begin, static_cast<size_t>(p - begin)});
-  if (auto err = conn_->flush())
+  if (auto err = conn_->write_formatted(std::string_view{begin, static_cast<size_t>(p - begin)}))
     return err;
   return caf::unit;
 }
