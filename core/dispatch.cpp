@@ -81,7 +81,8 @@ void append_utf8(std::string& out, uint32_t code_point) {
 
 // Length of the well-formed UTF-8 sequence at `p` (Unicode Table 3-7: no
 // overlong forms, no surrogates, nothing above U+10FFFF), or 0.
-size_t utf8_sequence_length(const unsigned char* p, const unsigned char* end) {
+inline __attribute__((always_inline)) size_t utf8_sequence_length(const unsigned char* p,
+                                                                 const unsigned char* end) {
   auto in = [](unsigned char c, unsigned char lo, unsigned char hi) { return c >= lo && c <= hi; };
   const size_t available = static_cast<size_t>(end - p);
   const unsigned char c = p[0];
@@ -263,6 +264,19 @@ class parser {
       case known_field::created_at: return parse_created_at();
       case known_field::recipients: return parse_recipients();
       case known_field::other: break;
+    }
+    // Unknown scalars (most unknown fields) right here, as skip_value
+    // would check them; containers go through its recursion.
+    if (p_ != end_) {
+      const char c = *p_;
+      if (c == '"') {
+        std::string_view ignored;
+        return parse_string<false>(ignored);
+      }
+      if (c == '-' || (c >= '0' && c <= '9')) {
+        number ignored;
+        return parse_number(ignored);
+      }
     }
     return skip_value(1);
   }
