@@ -47,21 +47,25 @@ struct writer_state {
   std::shared_ptr<metrics> stats;
   // Scratch, reused across batches: the coalescing's hash tables and the
   // updates (views into the batch) it hands to the session store.
+  // Kept small (24 and 16 bytes): with the tables they are the coalescing's
+  // working set, which decides how much of it stays in cache.
   struct user_slot {
-    std::string_view name;
+    const char* name;
+    uint32_t size;
+    uint32_t members;  ///< distinct conversations, then the end in `members`
     uint64_t hash;
-    size_t members;  ///< distinct conversations, then the start in `members`
+    std::string_view view() const { return std::string_view{name, size}; }
   };
   struct member_slot {
+    uint64_t hash;    ///< of (user, conversation)
     uint32_t user;
-    uint64_t conv_hash;
-    std::string_view conv;
-    int64_t score;
+    uint32_t record;  ///< the batch's record with the highest score so far
   };
   std::vector<user_slot> users;
   std::vector<member_slot> distinct;
   std::vector<uint64_t> user_table;    ///< open addressing: hash tag | index + 1 into users
   std::vector<uint64_t> member_table;  ///< open addressing: hash tag | index + 1 into distinct
+  std::vector<uint64_t> hashes;        ///< per recipient entry: user hash, member hash
   std::vector<session_member> members;
   std::vector<session_update> updates;
 

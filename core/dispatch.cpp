@@ -15,10 +15,19 @@ constexpr int max_depth = 128;
 
 enum class known_field { conversation_id, created_at, recipients, other };
 
-known_field classify(std::string_view key) {
-  if (key == "conversation_id") return known_field::conversation_id;
-  if (key == "created_at") return known_field::created_at;
-  if (key == "recipients") return known_field::recipients;
+// By length first: most keys of an envelope are told apart without
+// looking at their bytes, the rest with one fixed-size compare.
+inline __attribute__((always_inline)) known_field classify(std::string_view key) {
+  switch (key.size()) {
+    case 15:
+      if (std::memcmp(key.data(), "conversation_id", 15) == 0) return known_field::conversation_id;
+      break;
+    case 10:
+      if (std::memcmp(key.data(), "created_at", 10) == 0) return known_field::created_at;
+      if (std::memcmp(key.data(), "recipients", 10) == 0) return known_field::recipients;
+      break;
+    default: break;
+  }
   return known_field::other;
 }
 
@@ -72,7 +81,8 @@ void append_utf8(std::string& out, uint32_t code_point) {
 
 // Length of the well-formed UTF-8 sequence at `p` (Unicode Table 3-7: no
 // overlong forms, no surrogates, nothing above U+10FFFF), or 0.
-size_t utf8_sequence_length(const unsigned char* p, const unsigned char* end) {
+inline __attribute__((always_inline)) size_t utf8_sequence_length(const unsigned char* p,
+                                                                 const unsigned char* end) {
   auto in = [](unsigned char c, unsigned char lo, unsigned char hi) { return c >= lo && c <= hi; };
   const size_t available = static_cast<size_t>(end - p);
   const unsigned char c = p[0];
@@ -167,7 +177,12 @@ struct batch_sink {
   void created_at(int64_t v) { rec.created_at = v; }
   void recipient(size_t index, std::string_view v) {
     if (index == 0) rec.first_recipient = out.recipients.size();
-    out.recipients.push_back(out.add_text(v));
+    // Field by field into place (a returned text_ref copied in would be
+    // stored to the stack in pieces and reloaded whole: a stall).
+    auto& r = out.recipients.emplace_back();
+    r.offset = out.text.size();
+    r.size = v.size();
+    out.text.append(v);
   }
   void recipients_end(size_t count) {
     if (count == 0) rec.first_recipient = out.recipients.size();
@@ -249,6 +264,19 @@ class parser {
       case known_field::created_at: return parse_created_at();
       case known_field::recipients: return parse_recipients();
       case known_field::other: break;
+    }
+    // Unknown scalars (most unknown fields) right here, as skip_value
+    // would check them; containers go through its recursion.
+    if (p_ != end_) {
+      const char c = *p_;
+      if (c == '"') {
+        std::string_view ignored;
+        return parse_string<false>(ignored);
+      }
+      if (c == '-' || (c >= '0' && c <= '9')) {
+        number ignored;
+        return parse_number(ignored);
+      }
     }
     return skip_value(1);
   }
@@ -386,6 +414,12 @@ class parser {
     if (*p_ == '0') {
       ++p_;
     } else {
+      // 19 digits always fit in uint64; only longer numbers need the check.
+      const char* const first = p_;
+      while (is_digit() && p_ - first < 19) {
+        n.magnitude = n.magnitude * 10 + static_cast<uint64_t>(*p_ - '0');
+        ++p_;
+      }
       while (is_digit()) {
         const auto digit = static_cast<uint64_t>(*p_ - '0');
         if (n.magnitude > (UINT64_MAX - digit) / 10) n.overflow = true;
@@ -413,18 +447,25 @@ class parser {
   // slice of the input when the string has no escapes, else a view of
   // scratch_ (valid until the next string).  !Keep: the string is validated
   // exactly alike (same errors at the same bytes), nothing is copied, and
-  // `value` is left alone.
+  // `value` is left alone.  The common case (plain ASCII up to the closing
+  // quote) is inlined into the caller; the rest is parse_string_rest.
   template <bool Keep>
-  bool parse_string(std::string_view& value) {
-    ++p_;
-    const char* const start = p_;
-    // Fast path: plain ASCII without escapes.
-    p_ = scan_plain(p_, end_);
-    if (p_ != end_ && *p_ == '"') {
-      if (Keep) value = std::string_view(start, static_cast<size_t>(p_ - start));
-      ++p_;
+  inline __attribute__((always_inline)) bool parse_string(std::string_view& value) {
+    const char* const start = p_ + 1;
+    const char* const q = scan_plain(start, end_);
+    if (q != end_ && *q == '"') {
+      if (Keep) value = std::string_view(start, static_cast<size_t>(q - start));
+      p_ = q + 1;
       return true;
     }
+    p_ = q;
+    return parse_string_rest<Keep>(value, start);
+  }
+
+  // The string from `start` on, p_ at its first byte that is not plain
+  // ASCII (or at the end of the input).
+  template <bool Keep>
+  __attribute__((noinline)) bool parse_string_rest(std::string_view& value, const char* start) {
     if (Keep) scratch_.assign(start, p_);
     while (p_ != end_) {
       const auto c = static_cast<unsigned char>(*p_);
@@ -503,6 +544,8 @@ class parser {
   }
 
   void skip_whitespace() {
+    // Mostly there is none: one compare for the usual case.
+    if (p_ != end_ && static_cast<unsigned char>(*p_) > ' ') return;
     while (p_ != end_ && (*p_ == ' ' || *p_ == '\t' || *p_ == '\n' || *p_ == '\r')) ++p_;
   }
 

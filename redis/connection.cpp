@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include <hiredis/hiredis_ssl.h>
@@ -378,6 +379,34 @@ caf::error connection::flush() {
   while (!done)
     if (redisBufferWrite(ctx_, &done) != REDIS_OK)
       return io_error("writing commands");
+  return caf::none;
+}
+
+caf::error connection::write_formatted(std::string_view resp) {
+  if (interrupted())
+    return interrupted_error();
+  // TLS writes go through its layer; queued commands must go first.
+  if (ssl_ != nullptr || ctx_->err != 0 || sdslen(ctx_->obuf) != 0) {
+    append_formatted(resp);
+    return flush();
+  }
+  size_t done = 0;
+  while (done < resp.size()) {
+    // Blocking like hiredis' own writes (SO_SNDTIMEO: EAGAIN once the
+    // command timeout passes); MSG_NOSIGNAL: a closed peer is EPIPE.
+    auto n = ::send(fd_, resp.data() + done, resp.size() - done, MSG_NOSIGNAL);
+    if (n >= 0) {
+      done += static_cast<size_t>(n);
+      continue;
+    }
+    if (errno == EINTR)
+      continue;
+    // As hiredis records a failed write: the context is unusable from here
+    // on, and io_error tells a timeout from other failures.
+    ctx_->err = REDIS_ERR_IO;
+    std::snprintf(ctx_->errstr, sizeof(ctx_->errstr), "%s", std::strerror(errno));
+    return io_error("writing commands");
+  }
   return caf::none;
 }
 

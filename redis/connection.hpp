@@ -114,6 +114,11 @@ public:
   void append_formatted(std::string_view resp);
   /// Writes every queued command to the socket (so the server starts on them).
   caf::error flush();
+  /// append_formatted(resp) and flush(), but without copying `resp` into
+  /// hiredis' output buffer when nothing else is queued (TCP): written to
+  /// the socket straight from the caller's buffer.  Errors as flush() has
+  /// them (a timed-out write names redis.command-timeout).
+  caf::error write_formatted(std::string_view resp);
   /// Reads the next pipelined reply (blocking, at most the command timeout).
   /// `what` names the command in errors.
   caf::expected<reply_ptr> read_reply(std::string_view what = "a pipelined command");

@@ -581,13 +581,60 @@ char* put_text(char* p, std::string_view s) {
   return p + s.size();
 }
 
-char* put_decimal(char* p, uint64_t v) {
-  if (v < 10) {
-    *p++ = static_cast<char>('0' + v);
-    return p;
-  }
-  return std::to_chars(p, p + 20, v).ptr;
+/// "00", "01", ..., "99": decimals written two digits per step.
+constexpr char digit_pairs[] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+                               "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+                               "8081828384858687888990919293949596979899";
+
+/// The number of decimal digits of `v` (1 for 0): from its bit length and
+/// one compare, not a division per digit.
+int decimal_digits(uint64_t v) {
+  static constexpr uint64_t pow10[20] = {1u,
+                                         10u,
+                                         100u,
+                                         1000u,
+                                         10000u,
+                                         100000u,
+                                         1000000u,
+                                         10000000u,
+                                         100000000u,
+                                         1000000000u,
+                                         10000000000u,
+                                         100000000000u,
+                                         1000000000000u,
+                                         10000000000000u,
+                                         100000000000000u,
+                                         1000000000000000u,
+                                         10000000000000000u,
+                                         100000000000000000u,
+                                         1000000000000000000u,
+                                         10000000000000000000u};
+  // v | 1 has as many digits as v (no power of ten is odd but 1) and is
+  // never 0; t is log10 of 2^bits rounded down, the digit count or one less.
+  const uint64_t w = v | 1;
+  const int t = ((64 - __builtin_clzll(w)) * 1233) >> 12;
+  return t + (w >= pow10[t] ? 1 : 0);
 }
+
+/// `v` in decimal, exactly `digits` (= decimal_digits(v)) characters.
+char* put_digits(char* p, uint64_t v, int digits) {
+  char* const end = p + digits;
+  char* q = end;
+  while (v >= 100) {
+    const auto i = static_cast<size_t>(v % 100) * 2;
+    v /= 100;
+    q -= 2;
+    std::memcpy(q, digit_pairs + i, 2);
+  }
+  if (v >= 10) {
+    std::memcpy(q - 2, digit_pairs + v * 2, 2);
+  } else {
+    q[-1] = static_cast<char>('0' + v);
+  }
+  return end;
+}
+
+char* put_decimal(char* p, uint64_t v) { return put_digits(p, v, decimal_digits(v)); }
 
 /// A bulk string holding `a` followed by `b`.
 char* put_bulk(char* p, std::string_view a, std::string_view b = {}) {
@@ -608,14 +655,12 @@ char* put_bulk_decimal(char* p, int64_t v) {
   if (v < 0)
     return put_bulk(p, std::string_view{p + 32, static_cast<size_t>(
                                                   std::to_chars(p + 32, p + 56, v).ptr - (p + 32))});
-  size_t digits = 1;
-  for (uint64_t x = static_cast<uint64_t>(v); x >= 10; x /= 10)
-    ++digits;
+  const int digits = decimal_digits(static_cast<uint64_t>(v));
   *p++ = '$';
-  p = put_decimal(p, digits);
+  p = put_decimal(p, static_cast<uint64_t>(digits));
   *p++ = '\r';
   *p++ = '\n';
-  p = std::to_chars(p, p + digits, v).ptr;
+  p = put_digits(p, static_cast<uint64_t>(v), digits);
   *p++ = '\r';
   *p++ = '\n';
   return p;
@@ -658,9 +703,7 @@ caf::expected<void> redis_session_store::send(const std::vector<session_update>&
       p = put_bulk(p, u.members[i].conversation);
     }
   }
-  if (p != begin)
-    conn_->append_formatted(std::string_view{begin, static_cast<size_t>(p - begin)});
-  if (auto err = conn_->flush())
+  if (auto err = conn_->write_formatted(std::string_view{begin, static_cast<size_t>(p - begin)}))
     return err;
   return caf::unit;
 }

@@ -74,6 +74,33 @@ TEST(RedisSessionStore, AnErrorReplyFailsTheWholeCall) {
   EXPECT_EQ(test::zset(*c, prefix + "ok3").at("c"), 2);
 }
 
+TEST(RedisSessionStore, ScoresOfEveryDigitCountSurviveTheHandFormattedResp) {
+  // The scores' decimals are written by hand (digit count from the bit
+  // length, two digits per step): every length from 1 to 15 digits at both
+  // of its edges, and 16 digits up to the largest created_at (2^53, what a
+  // score, a double, holds exactly), read back from Redis.
+  auto prefix = test::unique_name("convs") + ":";
+  auto c = test::redis_conn();
+  auto store = redis::redis_session_store::open(test::redis_settings("ns", prefix));
+  ASSERT_TRUE(store) << describe(store.error());
+  std::map<std::string, int64_t> expected;
+  int64_t power = 1;
+  for (int digits = 1; digits <= 15; ++digits, power *= 10) {
+    for (int64_t v : {power, power * 10 - 1, power + 1, power * 10 - 2})
+      expected["c" + std::to_string(v)] = v;
+  }
+  expected["c0"] = 0;
+  expected["c10^15"] = power;
+  expected["c10^15+1"] = power + 1;
+  expected["c2^53-1"] = (int64_t{1} << 53) - 1;
+  expected["c2^53"] = int64_t{1} << 53;
+  std::vector<session_member> members;
+  for (auto& [name, score] : expected)
+    members.push_back(session_member{name, score});
+  ASSERT_TRUE((*store)->apply({session_update{"u", members.data(), members.size()}}));
+  EXPECT_EQ(test::zset(*c, prefix + "u"), expected);
+}
+
 TEST(RedisSessionStore, PipelinedSendsAreConfirmedOldestFirstWithTheirOwnErrors) {
   auto prefix = test::unique_name("convs") + ":";
   auto c = test::redis_conn();
