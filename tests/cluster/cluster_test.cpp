@@ -598,16 +598,22 @@ TEST_F(cluster, SigstopPastTheSessionTimeoutFencesTheStaleNodeWhichRejoins) {
       outcome = "fenced";
       return true;
     }
+    // "revoked partitions 0-7", "revoked partitions 8-11", "revoked partitions 3,5"
+    std::set<int> revoked;
     for (auto pos = l.find("revoked partitions "); pos != std::string::npos;
          pos = l.find("revoked partitions ", pos + 1)) {
-      std::set<int> revoked;
       std::stringstream list{l.substr(pos + 19, l.find('\n', pos) - pos - 19)};
-      for (std::string x; std::getline(list, x, ',');)
-        revoked.insert(std::atoi(x.c_str()));
-      if (std::includes(revoked.begin(), revoked.end(), lost.begin(), lost.end())) {
-        outcome = "revoked";
-        return true;
+      for (std::string x; std::getline(list, x, ',');) {
+        auto dash = x.find('-');
+        int lo = std::atoi(x.c_str()), hi = dash == std::string::npos ? lo
+                                                                       : std::atoi(x.c_str() + dash + 1);
+        for (int q = lo; q <= hi && q < partitions; ++q)
+          revoked.insert(q);
       }
+    }
+    if (std::includes(revoked.begin(), revoked.end(), lost.begin(), lost.end())) {
+      outcome = "revoked";
+      return true;
     }
     return false;
   }, 30s)) << logs();
