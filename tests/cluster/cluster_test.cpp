@@ -1,8 +1,9 @@
 // A qsession cluster against the real broker and Redis (docs/CLUSTER.md,
 // DESIGN §12): three `run` nodes in ownership = group on a 12-partition topic
 // under a live transactional producer (every seventh transaction aborted),
-// through four faults: kill -9 of a node, SIGSTOP of a node past the session
-// timeout, a fourth node joining, and a rolling restart of every node.
+// through five faults: kill -9 of a node, SIGSTOP of a node past the session
+// timeout, a fourth node joining, a rolling restart of every node, and a
+// newer claim made behind the owner's back (the fenced path, deterministic).
 //
 // Two threads watch each scenario from its start to its end:
 // - the sampler reads, per iteration, every partition's last stable offset
@@ -14,7 +15,10 @@
 // - the gate checker asks every node's /readyz in turn; whenever one answers
 //   200 it checks in Redis, independently of the node, that every partition
 //   has an owner whose heartbeat is recent and whose checkpoint reached the
-//   recorded lower bound of that owner's H0.
+//   recorded lower bound of that owner's H0 (a view one heartbeat older than
+//   a claim is allowed: nodes read the namespace once per heartbeat).
+// Making the product ignore "caught up to H0" in the readiness rule fails
+// all five scenarios through the gate checker.
 // Each scenario also checks what the nodes claim during its fault, and ends
 // with the producer stopped, every checkpoint at the LSO, `audit` consistent
 // and the test's model of the committed records equal to Redis.
