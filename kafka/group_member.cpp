@@ -1,5 +1,6 @@
 #include "kafka/group_member.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <thread>
@@ -120,7 +121,12 @@ caf::expected<std::unique_ptr<group_membership>> make_group_member(group_member_
   auto client = core->cfg.client;
   client.group_in_use = true;
   client.client_id += "-member";
-  auto heartbeat = std::max(100, core->cfg.session_timeout_ms / 4);
+  // A member learns of a rebalance from its next heartbeat: a cooperative
+  // handover takes two rounds, each waiting up to one interval, so the
+  // interval bounds how long moved partitions stay closed.  500 ms (a
+  // twelfth of the default session timeout) costs two small requests a
+  // second; kafka.properties may set heartbeat.interval.ms otherwise.
+  auto heartbeat = std::clamp(core->cfg.session_timeout_ms / 12, 100, 500);
   std::weak_ptr<member_core> weak = core;
   auto rk = make_handle(
     RD_KAFKA_CONSUMER, client,

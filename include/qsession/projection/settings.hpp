@@ -116,7 +116,7 @@ struct projection_settings {
   /// projection.heartbeat-interval: in every mode but `all`, how often the
   /// node publishes its partitions' status and reads the namespace's;
   /// a status lives for three of them.
-  caf::timespan heartbeat_interval = std::chrono::milliseconds(500);
+  caf::timespan heartbeat_interval = std::chrono::milliseconds(250);
   /// True in every mode but `all`: ownership records, fenced checkpoint
   /// writes, published status and the namespace-wide readiness gate.
   bool clustered() const { return ownership != ownership_mode::all; }
