@@ -144,4 +144,27 @@ std::string toxiproxy::toxics(const std::string& proxy) const {
   return r.status == 200 ? r.body : std::string{};
 }
 
+std::optional<std::vector<std::string>> toxiproxy::clear_toxics(const std::string& proxy,
+                                                                std::string* why) {
+  auto r = request("GET", "/proxies/" + proxy + "/toxics");
+  if (r.status != 200) {
+    fail(why, "toxiproxy: listing the toxics of " + proxy + ": status " + std::to_string(r.status));
+    return std::nullopt;
+  }
+  // [{"attributes":{...},"name":"timeout-upstream","type":"timeout",...},...]
+  std::vector<std::string> names;
+  for (size_t at = r.body.find("\"name\":\""); at != std::string::npos;
+       at = r.body.find("\"name\":\"", at)) {
+    at += 8;
+    auto end = r.body.find('"', at);
+    if (end == std::string::npos)
+      break;
+    names.push_back(r.body.substr(at, end - at));
+  }
+  for (auto& n : names)
+    if (!remove_toxic(proxy, n, why))
+      return std::nullopt;
+  return names;
+}
+
 } // namespace qsp::test

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace qsp::test {
 
@@ -41,6 +42,10 @@ public:
                     std::string* why = nullptr);
   /// The proxy's toxics as toxiproxy lists them (JSON), "" on an error.
   std::string toxics(const std::string& proxy) const;
+  /// Removes every toxic of `proxy` (left by a test that was killed); the
+  /// names removed, nullopt (reason in `why`) on an error.
+  std::optional<std::vector<std::string>> clear_toxics(const std::string& proxy,
+                                                       std::string* why = nullptr);
 
   const std::string& api() const { return api_; }
 
