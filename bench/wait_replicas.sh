@@ -5,7 +5,10 @@
 # a private primary with two replicas (real redis-servers on free loopback
 # ports, no persistence, stopped by PID at the end).  Prints every run and the
 # medians: wall time, the node's CPU (user+sys), checkpoint EVALs, WAIT calls
-# and the primary's microseconds per WAIT (INFO commandstats).
+# and the primary's microseconds per WAIT (INFO commandstats: execution only,
+# not the time WAIT blocks).  Then the round trip a WAIT adds, seen by a
+# client: 2,000 x (SET; PING) against 2,000 x (SET; WAIT n 100), n = 1, 2,
+# one redis-cli connection, each command waiting for its reply, 3 rounds.
 #
 #   bench/wait_replicas.sh [N] [RUNS] [BATCH]   (defaults 200000, 3, 5000)
 #
@@ -61,7 +64,7 @@ done
 "$BIN/qsp-devtool" produce "$BOOT" "$topic" 2 "$N" >/dev/null 2>&1
 
 stat_of() { # COMMAND FIELD -> from INFO commandstats (0 if absent)
-  cli INFO commandstats | tr -d '\r' | sed -n "s/^cmdstat_$1:.*$2=\([0-9.]*\).*/\1/p" | head -n1 | grep . || echo 0
+  cli INFO commandstats | tr -d '\r' | sed -n "s/^cmdstat_$1:\(.*[:,]\)\{0,1\}$2=\([0-9.]*\).*/\2/p" | head -n1 | grep . || echo 0
 }
 
 printf '%-4s %-5s %-8s %-8s %-6s %-6s %s\n' run wait wall_s cpu_s evals waits us/wait
@@ -85,6 +88,15 @@ for run in $(seq "$RUNS"); do
     printf '%-4s %-5s %-8s %-8s %-6s %-6s %s\n' "$run" "$w" "$wall" "$cpu" \
       "$(stat_of eval calls)" "$(stat_of wait calls)" "$(stat_of wait usec_per_call)"
     walls[$w]+="$wall "; cpus[$w]+="$cpu "
+  done
+done
+echo
+echo "round trip per write, one client (us per SET + second command):"
+for round in 1 2 3; do
+  for second in "PING" "WAIT 1 100" "WAIT 2 100"; do
+    for i in $(seq 2000); do echo "SET rtt:$i v"; echo "$second"; done >"$work/cmds"
+    t0=$(date +%s%N); cli <"$work/cmds" >/dev/null; t1=$(date +%s%N)
+    printf '  round %s  SET+%-11s %6d us\n' "$round" "$second" $(( (t1 - t0) / 2000 / 1000 ))
   done
 done
 median() { tr ' ' '\n' | grep . | sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
