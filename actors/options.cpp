@@ -2,6 +2,7 @@
 // (qsession/projection/options.hpp).
 #include "qsession/projection/options.hpp"
 
+#include <algorithm>
 #include <fstream>
 
 #include "caf/config_option_adder.hpp"
@@ -126,6 +127,15 @@ caf::error projection_settings::validate() const {
   if (redis.connect_timeout.count() < 1 || redis.connect_timeout > std::chrono::hours(1))
     return bad("redis.connect-timeout",
                "a duration in [1ms, 1h], got " + std::to_string(redis.connect_timeout.count()) + "ms");
+  if (redis.wait_replicas < 0 || redis.wait_replicas > 100)
+    return bad("redis.wait-replicas",
+               "an integer in [0, 100], got " + std::to_string(redis.wait_replicas));
+  if (redis.wait_replicas > 0
+      && (redis.wait_timeout.count() < 1 || redis.wait_timeout >= redis.command_timeout))
+    return bad("redis.wait-timeout",
+               "a duration in [1ms, redis.command-timeout), got "
+                 + std::to_string(redis.wait_timeout.count()) + "ms with redis.command-timeout "
+                 + std::to_string(redis.command_timeout.count()) + "ms");
   return caf::none;
 }
 
@@ -203,6 +213,11 @@ void add_options(caf::config_option_set& opts, const std::string& group) {
                         "deadline of every Redis exchange, pipelined ZADD replies included, with "
                         "a unit, e.g. 5s or 500ms (default: 5s)")
     .add<caf::timespan>("connect-timeout", "connect deadline, with a unit (default: 3s)")
+    .add<int64_t>("wait-replicas",
+                  "after every checkpoint write, WAIT for this many replicas' acknowledgement "
+                  "(fewer within wait-timeout is no error; default: 0, no WAIT)")
+    .add<caf::timespan>("wait-timeout",
+                        "WAIT's bound, with a unit, below command-timeout (default: 100ms)")
     .add<int64_t>("timeout-ms", "deprecated: command-timeout in milliseconds")
     .add<bool>("allow-eviction",
                "a flag: start although maxmemory-policy is not noeviction, only if maxmemory can "
@@ -337,6 +352,11 @@ caf::expected<projection_settings> read_settings(const caf::settings& content,
     get("redis", "connect-timeout",
         caf::timespan{std::chrono::duration_cast<caf::timespan>(r.connect_timeout)}));
   r.allow_eviction = get("redis", "allow-eviction", false);
+  r.wait_replicas = static_cast<int>(
+    std::clamp<int64_t>(get("redis", "wait-replicas", int64_t{0}), -1, 101)); // validate() names it
+  r.wait_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
+    get("redis", "wait-timeout",
+        caf::timespan{std::chrono::duration_cast<caf::timespan>(r.wait_timeout)}));
 
   if (auto err = s.validate()) {
     // validate() names keys without the host's group: add it.

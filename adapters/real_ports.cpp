@@ -41,6 +41,8 @@ redis::settings redis_config_of(const projection_settings& s) {
   r.tls_server_name = s.redis.tls_server_name;
   r.connect_timeout_ms = static_cast<int>(s.redis.connect_timeout.count());
   r.command_timeout_ms = static_cast<int>(s.redis.command_timeout.count());
+  r.wait_replicas = s.redis.wait_replicas;
+  r.wait_timeout_ms = static_cast<int>(s.redis.wait_timeout.count());
   r.ns = s.ns;
   r.convs_prefix = s.convs_prefix;
   return r;

@@ -80,6 +80,9 @@ struct settings {
   std::string tls_server_name;
   int connect_timeout_ms = 3000;
   int command_timeout_ms = 10000;
+  /// WAIT after every checkpoint write (redis.wait-replicas / wait-timeout); 0: none.
+  int wait_replicas = 0;
+  int wait_timeout_ms = 100;
   /// Key layout (DESIGN.md §3): {ns}:meta, {ns}:checkpoint:{topic}:{p}, {convs}{user}.
   std::string ns = "session_projection";
   std::string convs_prefix = "convs:";

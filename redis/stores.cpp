@@ -303,6 +303,24 @@ caf::expected<bool> redis_checkpoint_store::create_meta(const core::identity& id
 
 void redis_checkpoint_store::interrupt() { conn_->interrupt(); }
 
+// WAIT after the checkpoint's script: the replicas acknowledge the
+// replication offset of this connection's last write, the checkpoint, and
+// every write before it in the primary's one replication stream, the ZADDs
+// it covers included (they were confirmed before it was sent).  Fewer
+// acknowledgements within the timeout are no error: the checkpoint is safe
+// without any (RELIABILITY.md, "Redis failover: why nothing is lost"); WAIT
+// only bounds how far a promoted replica's checkpoints can lag.
+caf::expected<void> redis_checkpoint_store::wait_replicas() {
+  auto& cfg = conn_->config();
+  if (cfg.wait_replicas <= 0)
+    return caf::unit;
+  auto r = conn_->command({"WAIT", core::to_decimal(cfg.wait_replicas),
+                           core::to_decimal(cfg.wait_timeout_ms)});
+  if (!r)
+    return r.error();
+  return caf::unit;
+}
+
 caf::expected<void> redis_checkpoint_store::write_checkpoint(const core::identity& id,
                                                              int32_t partition, int64_t expected,
                                                              int64_t next_offset,
@@ -322,7 +340,7 @@ caf::expected<void> redis_checkpoint_store::write_checkpoint(const core::identit
     return r.error();
   auto res = str(r->get());
   if (res == "ok")
-    return caf::unit;
+    return wait_replicas();
   if (res.rfind("owner|epoch|", 0) == 0) {
     auto rest = res.substr(12);
     auto bar = rest.find('|');

@@ -42,6 +42,8 @@ public:
 
 private:
   explicit redis_checkpoint_store(std::unique_ptr<connection> conn) : conn_(std::move(conn)) {}
+  /// redis.wait-replicas after a checkpoint write (nothing when 0).
+  caf::expected<void> wait_replicas();
   std::unique_ptr<connection> conn_;
 };
 

@@ -653,7 +653,9 @@ struct under_load : failover {
     // (librdkafka's "Connection refused" lines are no refusal of the node's.)
     EXPECT_EQ(log.find("-> refused"), std::string::npos) << log;
     EXPECT_EQ(log.find("] refused: "), std::string::npos) << log;
-    EXPECT_EQ(node.stop(), 0) << slurp(logf);
+    int node_rc = node.stop();
+    EXPECT_EQ(node_rc, 0) << slurp(logf);
+    int refusals = (node_rc == 3 ? 1 : 0) + (log.find("] refused: ") != std::string::npos ? 1 : 0);
 
     // The committed log, as a read_committed consumer reads it back.
     std::map<int, std::vector<std::pair<int64_t, qsp::core::dispatch>>> records;
@@ -688,10 +690,14 @@ struct under_load : failover {
     for (auto& [p, recs] : records)
       for (auto& [off, d] : recs)
         qsp::test::apply(m, d);
-    size_t differences = 0;
+    size_t differences = 0, lost = 0;
     for (int u = 0; u < users; ++u) {
       auto user = "u" + std::to_string(u);
       auto got = qsp::test::zset(*c, convs + user);
+      for (auto& [conv, score] : m[user]) {
+        auto it = got.find(conv);
+        lost += it == got.end() || it->second != score;
+      }
       if (got != m[user]) {
         ++differences;
         ADD_FAILURE() << user << ": Redis has " << got.size() << " conversations, the model "
@@ -734,6 +740,8 @@ struct under_load : failover {
     std::printf("/readyz transitions (seconds relative to the fault):\n");
     for (auto& [at, r] : readyz)
       std::printf("  %+6.1f s  %s\n", at - t_fault, r.c_str());
+    qsp::test::soak_result(hard ? "broker-kill" : "broker-controlled-shutdown", 1, seen.size(),
+                           checked, lost, overshoots, refusals);
   }
 };
 

@@ -183,8 +183,21 @@ TEST(HaServices, Rf3TopicTakesTransactionsWithOneBrokerKilledAndTheBrokerRejoins
   };
   auto admin = qsp::kafka::admin::make(cfg);
   ASSERT_TRUE(admin) << describe(admin.error());
+  // A fresh client per call, with a short timeout: a long-lived one kept
+  // asking the killed leader and timing out for the whole 30-s wait below
+  // (-1 throughout, on this set and on main's, once the machine was loaded).
+  std::string hw_error;
   auto high_watermark = [&] {
-    auto st = (*admin)->inspect(topic);
+    auto short_cfg = cfg;
+    short_cfg.timeout_ms = 5000;
+    auto a = qsp::kafka::admin::make(short_cfg);
+    if (!a) {
+      hw_error = describe(a.error());
+      return int64_t{-1};
+    }
+    auto st = (*a)->inspect(topic);
+    if (!st)
+      hw_error = describe(st.error());
     return st && !st->marks.empty() ? st->marks[0].high : int64_t{-1};
   };
   ASSERT_EQ(transaction(0), "");
@@ -203,7 +216,8 @@ TEST(HaServices, Rf3TopicTakesTransactionsWithOneBrokerKilledAndTheBrokerRejoins
   std::printf("transaction committed %lld ms after broker %d was killed\n",
               static_cast<long long>(took.count()), victim);
   // Idempotent: exactly 200 records and two markers, nothing twice.
-  EXPECT_TRUE(eventually([&] { return high_watermark() == 202; }, 30s)) << high_watermark();
+  EXPECT_TRUE(eventually([&] { return high_watermark() == 202; }, 30s))
+    << high_watermark() << " " << hw_error;
   ASSERT_TRUE(eventually([&] {
     part = qsp::test::describe_partition(cfg, topic, 0, &why);
     return part && part->leader > 0 && part->leader != victim && part->isr.size() == 2;

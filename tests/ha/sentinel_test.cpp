@@ -585,6 +585,8 @@ struct SentinelNode : SentinelRedis {
     EXPECT_TRUE(eventually([&] { return s.samples >= before + 3; }, 30s))
       << "no snapshot of the new primary";
     s.stop();
+    sampled_checked = s.checked;
+    sampled_overshoots = s.overshoots;
     EXPECT_EQ(s.overshoots, 0u) << ::testing::PrintToString(s.examples);
     std::fprintf(stderr, "sampled %d snapshots, %zu entries checked, %zu overshoots\n",
                  s.samples.load(), s.checked, s.overshoots);
@@ -596,8 +598,12 @@ struct SentinelNode : SentinelRedis {
       std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - t0).count());
   }
 
-  /// catch-up, audit consistent, and the primary equal to the model of the whole log.
-  void expect_consistent_after_catch_up() {
+  size_t sampled_checked = 0, sampled_overshoots = 0;
+
+  /// catch-up, audit consistent, and the primary equal to the model of the
+  /// whole log; prints the soak-result line of fault `kind` (`node_rc`: the
+  /// run node's exit code, 3 a refusal).
+  void expect_consistent_after_catch_up(const std::string& kind, int node_rc) {
     auto r = test::run_cli(args("catch-up"));
     ASSERT_EQ(r.rc, 0) << r.err;
     auto audit = test::run_cli(args("audit"));
@@ -610,15 +616,25 @@ struct SentinelNode : SentinelRedis {
     auto c = primary();
     ASSERT_TRUE(c);
     std::vector<std::string> differences;
+    size_t lost = 0;
     for (auto& [user, cv] : m) {
       auto got = test::zset(*c, convs + user);
       if (got != cv)
         differences.push_back(user + ": " + std::to_string(got.size()) + " members, expected "
                               + std::to_string(cv.size()));
+      for (auto& [conv, score] : cv) {
+        auto it = got.find(conv);
+        lost += it == got.end() || it->second != score;
+      }
     }
     if (differences.size() > 20)
       differences.resize(20);
     EXPECT_TRUE(differences.empty()) << ::testing::PrintToString(differences);
+    uint64_t records = 0;
+    for (auto& [p, recs] : log_snapshot())
+      records += recs.size();
+    test::soak_result(kind, 1, records, sampled_checked, lost, sampled_overshoots,
+                      (node_rc == 3 ? 1 : 0) + (r.rc == 3 ? 1 : 0));
   }
 };
 
@@ -654,8 +670,9 @@ TEST_F(SentinelNode, PrimaryKilledUnderLoadTheNodeFollowsThePromotedReplica) {
   EXPECT_TRUE(eventually([&] { return caught_up(); }, 90s)) << slurp(logf);
   EXPECT_TRUE(contains(slurp(logf), "127.0.0.1:" + std::to_string(promoted)))
     << "the node never named the new primary\n" << slurp(logf);
-  EXPECT_EQ(node.stop(), 0) << slurp(logf);
-  expect_consistent_after_catch_up();
+  int rc = node.stop();
+  EXPECT_EQ(rc, 0) << slurp(logf);
+  expect_consistent_after_catch_up("sentinel-primary-kill", rc);
 }
 
 TEST_F(SentinelNode, PlannedFailoverUnderLoadRestartsOnTheNewPrimary) {
@@ -686,8 +703,9 @@ TEST_F(SentinelNode, PlannedFailoverUnderLoadRestartsOnTheNewPrimary) {
   expect_no_overshoot_sampled(samples);
   more.stop();
   EXPECT_TRUE(eventually([&] { return caught_up(); }, 90s)) << slurp(logf);
-  EXPECT_EQ(node.stop(), 0) << slurp(logf);
-  expect_consistent_after_catch_up();
+  int rc = node.stop();
+  EXPECT_EQ(rc, 0) << slurp(logf);
+  expect_consistent_after_catch_up("sentinel-failover", rc);
 }
 
 TEST_F(SentinelNode, OldPrimaryReturnsWhileTheNodeHoldsAConnectionToIt) {
@@ -727,6 +745,7 @@ TEST_F(SentinelNode, OldPrimaryReturnsWhileTheNodeHoldsAConnectionToIt) {
   expect_no_overshoot_sampled(samples);
   more.stop();
   EXPECT_TRUE(eventually([&] { return caught_up(); }, 90s)) << slurp(logf);
-  EXPECT_EQ(node.stop(), 0) << slurp(logf);
-  expect_consistent_after_catch_up();
+  int rc = node.stop();
+  EXPECT_EQ(rc, 0) << slurp(logf);
+  expect_consistent_after_catch_up("sentinel-old-primary-returns", rc);
 }

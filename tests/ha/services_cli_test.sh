@@ -29,6 +29,11 @@ expect 1 "unknown option '--bogus' \(only --ha\)" start --bogus
 expect 1 "holds no HA set" kill-broker 1
 expect 1 "holds no HA set" start-redis primary
 expect 0 '' stop
+# start --ha without the fault proxy: a clear error before anything starts.
+QSP_DEVTOOL=/bin/true QSP_TOXIPROXY=$dir/no-toxiproxy-server \
+  expect 1 "no-toxiproxy-server is missing: the HA set's fault proxy \(run scripts/bootstrap" start --ha
+[ -e "$dir/ha-ports" ] && { echo "FAIL: start --ha without toxiproxy picked ports"; fails=$((fails + 1)); }
+expect 0 '' stop
 
 # An HA state dir whose processes are gone.
 echo ha >"$dir/topology"
@@ -38,6 +43,10 @@ printf '%s\n' "redis-1 1" "redis-2 2" "redis-3 3" "sentinel-1 4" "sentinel-2 5" 
 expect 3 '^redis-1: not running \(port 1\)' status
 expect 3 '^sentinel-3: not running \(port 6\)' status
 expect 3 '^kafka-2: not running \(port 8\)' status
+expect 3 '^toxiproxy: not running$' status
+# A stale toxiproxy pid file naming a process that is not ours: not signalled.
+echo $$ >"$dir/toxiproxy.pid"
+expect 3 '^toxiproxy: not running$' status
 expect 1 "kafka: no such node '7' \(ids: 1 2 3\)" kill-broker 7
 expect 1 "redis: no such node 'x' \(ids: 1 2 3 or primary\)" kill-redis x
 expect 1 "kafka-1 is not running" kill-broker 1
@@ -46,6 +55,7 @@ expect 1 "no sentinel answers; cannot tell the primary" kill-redis primary
 echo $$ >"$dir/kafka-1.pid"
 expect 1 "kafka-1 is not running" kill-broker 1
 expect 0 '' stop
+[ -e "$dir/toxiproxy.pid" ] && { echo "FAIL: stop left toxiproxy's stale pid file"; fails=$((fails + 1)); }
 [ -e "$dir/topology" ] && { echo "FAIL: stop left the topology marker"; fails=$((fails + 1)); }
 
 [ $fails = 0 ] && echo "all passed"

@@ -104,6 +104,12 @@ std::optional<services> read_services(const std::string& file, std::string& why)
       ok = parse_id_list(v, r.redis_nodes);
     else if (k == "KAFKA_BROKERS")
       ok = parse_id_list(v, r.kafka_brokers);
+    else if (k == "TOXIPROXY_API")
+      r.toxiproxy_api = v;
+    else if (k == "KAFKA_PROXIED_BOOTSTRAP")
+      r.kafka_proxied_bootstrap = v;
+    else if (k == "KAFKA_PROXIES")
+      ok = parse_id_list(v, r.kafka_proxies);
     if (!ok) {
       why = file + ": malformed " + k + " (want id=host:port,...): " + v;
       return std::nullopt;
@@ -124,6 +130,17 @@ std::optional<services> read_services(const std::string& file, std::string& why)
 }
 
 } // namespace
+
+void soak_result(const std::string& kind, int faults, uint64_t records, uint64_t entries_checked,
+                 uint64_t lost, uint64_t overshoots, int refusals) {
+  std::printf("soak-result: kind=%s faults=%d records=%llu entries_checked=%llu lost=%llu "
+              "overshoots=%llu refusals=%d\n",
+              kind.c_str(), faults, static_cast<unsigned long long>(records),
+              static_cast<unsigned long long>(entries_checked),
+              static_cast<unsigned long long>(lost), static_cast<unsigned long long>(overshoots),
+              refusals);
+  std::fflush(stdout);
+}
 
 const services& env() {
   static const services s = [] {

@@ -35,6 +35,12 @@ struct services {
   std::vector<std::string> redis_replicas;    ///< host:port, at the set's start
   std::map<int, std::string> redis_nodes;     ///< node id -> host:port
   std::map<int, std::string> kafka_brokers;   ///< node id -> host:port
+  // The HA set's fault proxy (toxiproxy): its API ("host:port"), and the
+  // brokers as a client of their PROXIED listener sees them (every address
+  // a toxiproxy proxy named kafka-<id>); empty when the set has none.
+  std::string toxiproxy_api;
+  std::string kafka_proxied_bootstrap;
+  std::map<int, std::string> kafka_proxies;   ///< node id -> host:port of its proxy
 };
 
 /// Reads QSP_SERVICES_ENV or the repo's .services/env; aborts the test run
@@ -97,6 +103,14 @@ int kafka_broker_pid(const services& s, int id);
 std::optional<std::vector<std::pair<int64_t, std::string>>>
 read_committed_log(const kafka::client_settings& cfg, const std::string& topic,
                    int32_t partition, std::chrono::milliseconds limit, std::string* why = nullptr);
+
+/// One line per fault scenario that scripts/soak --ha adds up (stdout):
+/// "soak-result: kind=K faults=F records=R entries_checked=E lost=L overshoots=O refusals=X".
+/// `lost`: entries of the test's model missing or stale in Redis at the end;
+/// `overshoots`: entries missing below a checkpoint sampled during the fault;
+/// `refusals`: refusals of the node (exit 3 or a logged refusal).
+void soak_result(const std::string& kind, int faults, uint64_t records, uint64_t entries_checked,
+                 uint64_t lost, uint64_t overshoots, int refusals);
 
 /// A name unique to this process and call: prefix-<pid>-<n>.
 std::string unique_name(const std::string& prefix);

@@ -60,6 +60,13 @@ struct redis_settings {
   std::chrono::milliseconds command_timeout{5000};
   /// redis.allow-eviction: start although maxmemory-policy is not noeviction.
   bool allow_eviction = false;
+  /// redis.wait-replicas: after every checkpoint write, WAIT until this many
+  /// replicas acknowledged it (and so, the replication stream being ordered,
+  /// every write below it), for at most wait_timeout.  Fewer acknowledgements
+  /// are no error: it only shrinks the replay after a failover.  0: no WAIT.
+  int wait_replicas = 0;
+  /// redis.wait-timeout: WAIT's bound; below command_timeout.
+  std::chrono::milliseconds wait_timeout{100};
 };
 
 /// Who owns (projects) which partitions of the topic (DESIGN.md §12).
