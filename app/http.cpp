@@ -28,6 +28,33 @@ caf::expected<projection_status> ask_status(caf::actor_system& sys, const projec
 
 } // namespace
 
+namespace {
+
+// The ownership table (DESIGN.md §12) and the partitions holding the gate closed.
+void put_cluster(nlohmann::json& j, const std::vector<cluster_partition>& view) {
+  auto& held = j["held_closed"] = nlohmann::json::array();
+  auto& cl = j["cluster"] = nlohmann::json::array();
+  for (auto& c : view) {
+    cl.push_back({{"partition", c.partition}, {"owner", c.owner}, {"epoch", c.epoch},
+                  {"heartbeat_ms", c.heartbeat_ms}, {"live", c.live}, {"state", c.state},
+                  {"h0", c.h0}, {"next_offset", c.next_offset}, {"caught_up", c.caught_up},
+                  {"ready", c.ready}});
+    if (!c.ready)
+      held.push_back({{"partition", c.partition}, {"why", c.why}});
+  }
+}
+
+} // namespace
+
+std::string cluster_table_json(const std::string& ns, const std::string& topic,
+                               const std::vector<cluster_partition>& view, bool ready) {
+  nlohmann::json j{{"namespace", ns}, {"topic", topic}, {"namespace_ready", ready}};
+  put_cluster(j, view);
+  j["partitions"] = std::move(j["cluster"]);
+  j.erase("cluster");
+  return j.dump(2);
+}
+
 std::string status_json(const projection_status& s) {
   nlohmann::json j;
   j["topic"] = s.topic;
@@ -50,16 +77,7 @@ std::string status_json(const projection_status& s) {
     j["node"] = s.node;
     j["owned"] = s.owned;
     j["namespace_ready"] = s.namespace_ready;
-    auto& held = j["held_closed"] = nlohmann::json::array();
-    auto& cl = j["cluster"] = nlohmann::json::array();
-    for (auto& c : s.cluster) {
-      cl.push_back({{"partition", c.partition}, {"owner", c.owner}, {"epoch", c.epoch},
-                    {"heartbeat_ms", c.heartbeat_ms}, {"live", c.live}, {"state", c.state},
-                    {"h0", c.h0}, {"next_offset", c.next_offset}, {"caught_up", c.caught_up},
-                    {"ready", c.ready}});
-      if (!c.ready)
-        held.push_back({{"partition", c.partition}, {"why", c.why}});
-    }
+    put_cluster(j, s.cluster);
   }
   return j.dump();
 }

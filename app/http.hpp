@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "caf/actor_system.hpp"
 
@@ -37,5 +38,8 @@ std::string prometheus_text(const projection_status& s, const metrics& m, const 
 
 /// JSON body of /readyz.
 std::string status_json(const projection_status& s);
+/// `cluster --json`: the namespace's ownership table and what holds it closed.
+std::string cluster_table_json(const std::string& ns, const std::string& topic,
+                               const std::vector<cluster_partition>& view, bool ready);
 
 } // namespace qsp::app

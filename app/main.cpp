@@ -146,15 +146,8 @@ int cmd_cluster(const app::node_settings& s, bool json) {
                std::chrono::system_clock::now().time_since_epoch())
                .count();
   if (json) {
-    projection_status st;
-    st.ownership = "cluster";
-    st.cluster = *view;
-    st.namespace_ready = ready;
-    auto j = nlohmann::json::parse(app::status_json(st));
-    nlohmann::json out{{"namespace", s.projection.ns}, {"topic", s.projection.topic},
-                       {"namespace_ready", ready}, {"partitions", j["cluster"]},
-                       {"held_closed", j["held_closed"]}};
-    std::cout << out.dump(2) << '\n';
+    std::cout << app::cluster_table_json(s.projection.ns, s.projection.topic, *view, ready)
+              << '\n';
     return ready ? exit_ok : exit_not_ready;
   }
   std::cout << "namespace " << s.projection.ns << ", topic " << s.projection.topic << ": "
