@@ -186,7 +186,14 @@ TEST(HaServices, Rf3TopicTakesTransactionsWithOneBrokerKilledAndTheBrokerRejoins
   // A fresh client per call, with a short timeout: a long-lived one kept
   // asking the killed leader and timing out for the whole 30-s wait below
   // (-1 throughout, on this set and on main's, once the machine was loaded).
+  // What the last poll saw, for the failure message: the last stable offset
+  // (read_committed), the true high watermark, and the error if it failed.
+  // The commit markers are written by the transaction coordinator after the
+  // commit returns; with a broker just killed they can take tens of seconds
+  // to land on a loaded 2-core box (the 30-s wait failed once in a fresh-clone
+  // CI run), hence the 90-s windows below.
   std::string hw_error;
+  int64_t last_true_high = -1;
   auto high_watermark = [&] {
     auto short_cfg = cfg;
     short_cfg.timeout_ms = 5000;
@@ -196,13 +203,21 @@ TEST(HaServices, Rf3TopicTakesTransactionsWithOneBrokerKilledAndTheBrokerRejoins
       return int64_t{-1};
     }
     auto st = (*a)->inspect(topic);
-    if (!st)
+    if (!st) {
       hw_error = describe(st.error());
-    return st && !st->marks.empty() ? st->marks[0].high : int64_t{-1};
+      return int64_t{-1};
+    }
+    hw_error.clear();
+    last_true_high = st->true_high.empty() ? -1 : st->true_high[0];
+    return st->marks.empty() ? int64_t{-1} : st->marks[0].high;
+  };
+  auto seen = [&] {
+    return "last stable offset " + std::to_string(high_watermark()) + ", high watermark "
+           + std::to_string(last_true_high) + (hw_error.empty() ? "" : ", error: " + hw_error);
   };
   ASSERT_EQ(transaction(0), "");
   // 100 records and the commit marker.
-  EXPECT_TRUE(eventually([&] { return high_watermark() == 101; }, 20s)) << high_watermark();
+  EXPECT_TRUE(eventually([&] { return high_watermark() == 101; }, 30s)) << seen();
 
   // kill -9 the partition's leader: the other two stay in sync (>= min ISR).
   int victim = part->leader;
@@ -216,8 +231,7 @@ TEST(HaServices, Rf3TopicTakesTransactionsWithOneBrokerKilledAndTheBrokerRejoins
   std::printf("transaction committed %lld ms after broker %d was killed\n",
               static_cast<long long>(took.count()), victim);
   // Idempotent: exactly 200 records and two markers, nothing twice.
-  EXPECT_TRUE(eventually([&] { return high_watermark() == 202; }, 30s))
-    << high_watermark() << " " << hw_error;
+  EXPECT_TRUE(eventually([&] { return high_watermark() == 202; }, 90s)) << seen();
   ASSERT_TRUE(eventually([&] {
     part = qsp::test::describe_partition(cfg, topic, 0, &why);
     return part && part->leader > 0 && part->leader != victim && part->isr.size() == 2;
@@ -231,7 +245,7 @@ TEST(HaServices, Rf3TopicTakesTransactionsWithOneBrokerKilledAndTheBrokerRejoins
 
   // The cluster takes transactions again with all three.
   ASSERT_EQ(transaction(200), "");
-  EXPECT_TRUE(eventually([&] { return high_watermark() == 303; }, 20s)) << high_watermark();
+  EXPECT_TRUE(eventually([&] { return high_watermark() == 303; }, 90s)) << seen();
   (void) (*admin)->delete_topic(topic);
 }
 
