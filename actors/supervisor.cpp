@@ -406,6 +406,13 @@ void on_report(supervisor_pointer self, const cluster_report& rep) {
     regenerate(self);
 }
 
+caf::timespan heartbeat_delay(const supervisor_state& st) {
+  auto every = st.cfg.heartbeat_interval;
+  if (st.namespace_ready || !st.cluster_error.empty())
+    return every;
+  return std::max<caf::timespan>(every / 5, std::chrono::milliseconds(10));
+}
+
 // One cluster heartbeat: the aggregator's progress, published; the
 // namespace's view, read; the next one after the answer.
 void heartbeat(supervisor_pointer self) {
@@ -418,7 +425,10 @@ void heartbeat(supervisor_pointer self) {
   }
   st.hb_in_flight = true;
   auto id = st.generation;
-  // After an answer: at once if asked meanwhile, else after the interval.
+  // After an answer: at once if asked meanwhile, else after the interval,
+  // or a fifth of it while the namespace is readable but not ready (a
+  // handover in progress: the gate opens as soon as the view shows the new
+  // owner at its H0, not up to one interval later; one EVAL per read).
   auto next = [=] {
     auto& st = self->state;
     st.hb_in_flight = false;
@@ -427,7 +437,7 @@ void heartbeat(supervisor_pointer self) {
       heartbeat(self);
       return;
     }
-    self->delayed_send(self, st.cfg.heartbeat_interval, atom::heartbeat_v, ++st.hb_token);
+    self->delayed_send(self, heartbeat_delay(st), atom::heartbeat_v, ++st.hb_token);
   };
   auto timeout = st.cfg.redis.command_timeout + std::chrono::seconds(1);
   auto send = [=](std::vector<partition_status> parts) {

@@ -122,11 +122,13 @@ caf::expected<std::unique_ptr<group_membership>> make_group_member(group_member_
   client.group_in_use = true;
   client.client_id += "-member";
   // A member learns of a rebalance from its next heartbeat: a cooperative
-  // handover takes two rounds, each waiting up to one interval, so the
-  // interval bounds how long moved partitions stay closed.  500 ms (a
-  // twelfth of the default session timeout) costs two small requests a
-  // second; kafka.properties may set heartbeat.interval.ms otherwise.
-  auto heartbeat = std::clamp(core->cfg.session_timeout_ms / 12, 100, 500);
+  // handover takes two rounds, and in the second the members that gave
+  // nothing up (the joining one among them) rejoin only at their next
+  // heartbeat, so the interval is part of how long moved partitions stay
+  // closed.  100 ms (a sixtieth of the default session timeout, at most
+  // 500 ms for long ones) costs ten small requests a second per member;
+  // kafka.properties may set heartbeat.interval.ms otherwise.
+  auto heartbeat = std::clamp(core->cfg.session_timeout_ms / 60, 100, 500);
   std::weak_ptr<member_core> weak = core;
   auto rk = make_handle(
     RD_KAFKA_CONSUMER, client,

@@ -294,4 +294,34 @@ CAF_TEST(assign outside the partition count is a config error) {
   CAF_CHECK(contains(describe(r.error()), "partition 3"));
 }
 
+CAF_TEST(while the namespace is not ready a node reads it five times per heartbeat) {
+  // A handover's gate opens as soon as a view shows the new owner at its H0:
+  // a node re-reads a readable but not ready namespace every fifth of
+  // projection.heartbeat-interval (50 ms here), and once it is ready, once
+  // per interval again.
+  fill(0, 5);
+  fill(1, 5);
+  fill(2, 5);
+  start();
+  CAF_REQUIRE(drive_to("ready"));
+  CAF_REQUIRE(assign({0}));
+  CAF_REQUIRE(drive([&] { return world->checkpoint(0) == std::optional<int64_t>{5}; }));
+  run_for(100ms);
+  CAF_REQUIRE(!namespace_ready()); // partitions 1 and 2 have no owner
+  auto before = world->calls.publishes;
+  run_for(500ms);
+  auto closed = world->calls.publishes - before;
+  CAF_MESSAGE(closed << " heartbeats in 500 ms with the namespace not ready");
+  CAF_CHECK_GREATER_OR_EQUAL(closed, 40u);
+  CAF_REQUIRE(assign({1, 2}));
+  CAF_REQUIRE(drive([&] { return namespace_ready(); }));
+  run_for(100ms);
+  before = world->calls.publishes;
+  run_for(500ms);
+  auto open = world->calls.publishes - before;
+  CAF_MESSAGE(open << " heartbeats in 500 ms with the namespace ready");
+  CAF_CHECK_LESS_OR_EQUAL(open, 11u);
+  CAF_CHECK_GREATER_OR_EQUAL(open, 9u);
+}
+
 CAF_TEST_FIXTURE_SCOPE_END()
