@@ -7,7 +7,6 @@
 // watching them, and answers once every one is down and every I/O resource
 // of the projection (Redis connections, librdkafka handles) is released.
 #include <algorithm>
-#include <charconv>
 #include <optional>
 #include <unistd.h>
 #include <random>
@@ -130,20 +129,6 @@ void stop_children(supervisor_pointer self, caf::error reason = caf::exit_reason
 
 void start_generation(supervisor_pointer self);
 
-std::optional<int32_t> partition_named(const caf::error& err) {
-  // Port errors about one partition start with "partition <n>:".
-  auto text = describe(err);
-  auto at = text.find("partition ");
-  if (at == std::string::npos)
-    return std::nullopt;
-  int32_t p = 0;
-  auto first = text.data() + at + 10, last = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(first, last, p);
-  if (ec != std::errc{} || ptr == first)
-    return std::nullopt;
-  return p;
-}
-
 // Another node claimed partition `p` (its epoch is newer than ours): in the
 // group and host modes it moved on and this node lets it go; with static
 // ownership two nodes list it, which an operator must fix.
@@ -167,11 +152,9 @@ caf::error on_fenced(supervisor_pointer self, int32_t p, const std::string& why)
 void fail(supervisor_pointer self, caf::error err) {
   auto& st = self->state;
   stop_children(self);
-  if (err.category() == caf::atom("qsp") && static_cast<ec>(err.code()) == ec::fenced) {
-    if (auto p = partition_named(err))
-      if (auto refused = on_fenced(self, *p, describe(err)))
-        err = refused;
-  }
+  if (auto p = fenced_partition(err))
+    if (auto refused = on_fenced(self, *p, describe(err)))
+      err = refused;
   std::string kind = err.category() == caf::atom("qsp") ? to_string(static_cast<ec>(err.code()))
                                                         : caf::to_string(err);
   st.failures[kind] += 1;

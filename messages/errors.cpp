@@ -50,9 +50,23 @@ std::string describe(const caf::error& x) {
   else
     code = caf::to_string(x);
   auto& ctx = x.context();
-  if (ctx.size() == 1 && ctx.match_element<std::string>(0))
+  if (ctx.size() >= 1 && ctx.match_element<std::string>(0))
     return code + ": " + ctx.get_as<std::string>(0);
   return code;
+}
+
+caf::error make_fenced(int32_t partition, std::string text) {
+  return caf::make_error(ec::fenced, std::move(text), partition);
+}
+
+std::optional<int32_t> fenced_partition(const caf::error& x) {
+  // (CAF 0.17: category() of an empty error dereferences null.)
+  if (!x || x.category() != caf::atom("qsp") || static_cast<ec>(x.code()) != ec::fenced)
+    return std::nullopt;
+  auto& ctx = x.context();
+  if (ctx.size() != 2 || !ctx.match_element<int32_t>(1))
+    return std::nullopt;
+  return ctx.get_as<int32_t>(1);
 }
 
 } // namespace qsp

@@ -344,7 +344,7 @@ caf::expected<void> redis_checkpoint_store::write_checkpoint(const core::identit
   if (res.rfind("owner|epoch|", 0) == 0) {
     auto rest = res.substr(12);
     auto bar = rest.find('|');
-    return caf::make_error(ec::fenced,
+    return make_fenced(partition,
                            "partition " + std::to_string(partition) + ": field epoch of "
                              + owner_key(ns, id.topic, partition) + ": stored \""
                              + rest.substr(0, bar) + "\" (node \""

@@ -324,4 +324,16 @@ CAF_TEST(while the namespace is not ready a node reads it five times per heartbe
   CAF_CHECK_GREATER_OR_EQUAL(open, 9u);
 }
 
+CAF_TEST(a fenced error carries its partition as a typed field not only in its text) {
+  // The supervisor lets the partition of a fenced error go: it must find it
+  // whatever the text says (a topic or node name can contain "partition 3").
+  auto err = make_fenced(7, "partition 7: field epoch of ns:owner:partition 3:7: stored \"2\"");
+  CAF_CHECK_EQUAL(fenced_partition(err), std::optional<int32_t>{7});
+  CAF_CHECK_EQUAL(describe(err),
+                  "fenced: partition 7: field epoch of ns:owner:partition 3:7: stored \"2\"");
+  CAF_CHECK(!fenced_partition(caf::make_error(ec::fenced, "partition 7: no typed field")));
+  CAF_CHECK(!fenced_partition(caf::make_error(ec::refused, std::string{"partition 7"}, int32_t{7})));
+  CAF_CHECK(!fenced_partition(caf::error{}));
+}
+
 CAF_TEST_FIXTURE_SCOPE_END()

@@ -607,6 +607,7 @@ TEST(RedisOwnership, ClaimsFenceOlderEpochsAndStatusesExpire) {
   auto stale = (*a)->write_checkpoint(id, 0, 20, 30, 5, *ea);
   ASSERT_FALSE(stale);
   EXPECT_EQ(stale.error().code(), static_cast<uint8_t>(ec::fenced));
+  EXPECT_EQ(fenced_partition(stale.error()), std::optional<int32_t>{0});
   auto text = describe(stale.error());
   EXPECT_NE(text.find("partition 0"), std::string::npos) << text;
   EXPECT_NE(text.find("node-b"), std::string::npos) << text;

@@ -388,7 +388,7 @@ caf::expected<void> fake_checkpoint_store::write_checkpoint(const core::identity
       o != w_->hashes.end() && o->second.count("epoch") > 0
       && std::stoull(o->second.at("epoch")) > owner_epoch) {
     ++w_->calls.fenced;
-    return caf::make_error(ec::fenced, "partition " + std::to_string(partition)
+    return make_fenced(partition, "partition " + std::to_string(partition)
                                          + ": field epoch: stored \"" + o->second.at("epoch")
                                          + "\", this writer's \"" + std::to_string(owner_epoch)
                                          + "\": another node owns the partition now");

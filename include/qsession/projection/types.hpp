@@ -17,6 +17,8 @@
 #include "caf/make_message.hpp"
 #include "caf/message.hpp"
 #include "caf/meta/type_name.hpp"
+#include <optional>
+
 #include "caf/type_id.hpp"
 
 #include "qsession/projection/config.hpp"
@@ -51,9 +53,17 @@ std::string to_string(ec x);
 bool is_refusal(ec x);
 bool is_refusal(const caf::error& x);
 
-/// "code: text" for an error made with make_error(code, text); CAF's own
-/// rendering for errors of other categories.
+/// "code: text" for an error made with make_error(code, text) (or with
+/// more context after the text, like make_fenced's); CAF's own rendering
+/// for errors of other categories.
 std::string describe(const caf::error& x);
+
+/// ec::fenced for `partition`: `text` is the message, the partition rides
+/// along as a typed field (fenced_partition), not only inside the text.
+caf::error make_fenced(int32_t partition, std::string text);
+
+/// The partition of an error made by make_fenced; none for any other error.
+std::optional<int32_t> fenced_partition(const caf::error& x);
 
 // -- value types -------------------------------------------------------------
 
