@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <thread>
 
@@ -54,8 +55,16 @@ void on_rebalance(member_core& core, rd_kafka_t* rk, rd_kafka_resp_err_t err,
     bool lost = rd_kafka_assignment_lost(rk) != 0;
     // The group hands them on only after this returns: the projection
     // stops them first (its reply comes once no checkpoint can follow).
-    if (!ps.empty())
+    if (!ps.empty()) {
+      auto t0 = std::chrono::steady_clock::now();
       core.events.revoked(ps, lost);
+      if (log)
+        log->info("group {}: revocation of {} partition(s){} acknowledged after {} ms",
+                  core.cfg.group_id, ps.size(), lost ? " (lost)" : "",
+                  std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::steady_clock::now() - t0)
+                    .count());
+    }
     if (cooperative) {
       if (auto* e = rd_kafka_incremental_unassign(rk, parts))
         rd_kafka_error_destroy(e);
