@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "actors/redis_writer.hpp"
+#include "app/workload.hpp"
 #include "core/dispatch.hpp"
 #include "qsession/projection/types.hpp"
 #include "redis/stores.hpp"
@@ -36,48 +37,10 @@ double thread_seconds() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
-// The generators of app/devtool.cpp (produce), kept identical so that the
-// records here are the ones scripts/bench produces.
-class zipf {
-public:
-  zipf(double n, double s) : n_(n), s_(s) {}
-  template <class Rng>
-  uint64_t operator()(Rng& rng) {
-    std::uniform_real_distribution<double> u{0, 1};
-    double x = u(rng);
-    double one_minus_s = 1 - s_;
-    double v = std::pow(x * (std::pow(n_ + 1, one_minus_s) - 1) + 1, 1 / one_minus_s) - 1;
-    return static_cast<uint64_t>(std::min(v, n_ - 1));
-  }
-
-private:
-  double n_, s_;
-};
-
-void add_envelope(std::string& json, long long seq, std::mt19937_64& rng,
-                  const std::string& sender) {
-  static const char* words[] = {"ok", "see", "you", "tomorrow", "meeting", "at", "the", "office",
-                                "thanks", "café", "déjà", "vu", "👍", "lunch", "?", "call", "me",
-                                "when", "free", "sent", "the", "file", "Grüße", "sure"};
-  std::uniform_int_distribution<int> len{20, 140};
-  std::uniform_int_distribution<size_t> word{0, sizeof(words) / sizeof(words[0]) - 1};
-  std::uniform_int_distribution<int> attachments{0, 3};
-  char id[40];
-  std::snprintf(id, sizeof(id), "m-%016llx-%llx", static_cast<unsigned long long>(rng()),
-                static_cast<unsigned long long>(seq));
-  std::string preview;
-  for (int n = len(rng); static_cast<int>(preview.size()) < n;) {
-    if (!preview.empty())
-      preview += ' ';
-    preview += words[word(rng)];
-  }
-  json.pop_back(); // '}'
-  json += ",\"message_id\":\"";
-  json += id;
-  json += "\",\"sender\":\"" + sender + "\",\"kind\":\"text\",\"seq\":" + std::to_string(seq);
-  json += ",\"preview\":\"" + preview + "\",\"attachments\":" + std::to_string(attachments(rng));
-  json += ",\"silent\":false}";
-}
+// The generators of app/devtool.cpp (produce): the records here are the
+// ones scripts/bench produces.
+using qsp::workload::add_envelope;
+using qsp::workload::zipf;
 
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
