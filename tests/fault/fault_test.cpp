@@ -25,6 +25,7 @@
 #include "kafka/producer.hpp"
 #include "messages/types.hpp"
 #include "redis/stores.hpp"
+#include "tests/support/appender.hpp"
 #include "tests/support/integration.hpp"
 
 using namespace qsp;
@@ -158,50 +159,10 @@ struct scenario : ::testing::Test {
   /// Appends records in the background (a steady trickle, every partition)
   /// until stopped, so the node has Redis writes to do during an outage.
   /// Only for outages that leave the broker up.
-  class appender {
-  public:
-    explicit appender(scenario& s) : s_(s), thread_([this] { loop(); }) {}
-    ~appender() { stop(); }
-    void stop() {
-      if (thread_.joinable()) {
-        stop_ = true;
-        thread_.join();
-        stats().records += sent_;
-      }
-    }
-
-  private:
-    void loop() {
-      auto p = kafka::producer::make(test::kafka_client());
-      if (!p) {
-        ADD_FAILURE() << "appender: " << describe(p.error());
-        return;
-      }
-      for (int round = 1; !stop_; ++round) {
-        for (int part = 0; part < s_.partitions; ++part) {
-          if (!p->send(s_.topic, part, core::encode_json(s_.next_record(part)))) {
-            ADD_FAILURE() << "appender: send failed";
-            return;
-          }
-          ++sent_;
-        }
-        if (round % 10 == 0) {
-          if (!p->flush()) {
-            ADD_FAILURE() << "appender: flush failed";
-            return;
-          }
-          std::this_thread::sleep_for(20ms); // the rate, not a synchronisation
-        }
-      }
-      if (!p->flush())
-        ADD_FAILURE() << "appender: final flush failed";
-    }
-
-    scenario& s_;
-    std::atomic<bool> stop_{false};
-    uint64_t sent_ = 0;
-    std::thread thread_;
-  };
+  test::appender trickle() {
+    return test::appender{test::kafka_client(), topic, partitions,
+                          [this](int part) { return next_record(part); }};
+  }
 
   std::vector<std::string> args(const std::string& cmd, std::vector<std::string> extra = {}) {
     auto a = test::node_args(topic, partitions, ns, convs);
@@ -399,7 +360,7 @@ TEST_F(scenario, RedisKilledMidPipelineAndRestartedWithAof) {
   // Held kills while the node is ready and writing: it must say so.
   for (int i = 0; i < cycles(2); ++i) {
     ASSERT_TRUE(test::readyz_reaches(http_port, 200, ready_again_bound)) << slurp(logf);
-    appender more{*this};
+    auto more = trickle();
     ASSERT_TRUE(checkpoints_advance()) << slurp(logf);
     aof.kill_hard();
     ++stats().faults;
@@ -409,6 +370,7 @@ TEST_F(scenario, RedisKilledMidPipelineAndRestartedWithAof) {
     expect_no_overshoot();
     expect_ready_again(logf);
     more.stop();
+    stats().records += more.sent();
   }
   EXPECT_TRUE(eventually([&] { return caught_up(); }, 90s)) << slurp(logf);
   EXPECT_EQ(node.stop(), 0) << slurp(logf);
@@ -512,7 +474,7 @@ TEST_F(scenario, RedisPausedLongerThanTheClientTimeoutThenResumed) {
   // must leave ready during the pause and come back after it.
   for (int i = 0; i < cycles(2); ++i) {
     ASSERT_TRUE(test::readyz_reaches(http_port, 200, ready_again_bound)) << slurp(logf);
-    appender more{*this};
+    auto more = trickle();
     ASSERT_TRUE(checkpoints_advance()) << slurp(logf);
     {
       test::pause_guard stopped{paused.pid};
@@ -523,6 +485,7 @@ TEST_F(scenario, RedisPausedLongerThanTheClientTimeoutThenResumed) {
     expect_no_overshoot();
     expect_ready_again(logf);
     more.stop();
+    stats().records += more.sent();
   }
   EXPECT_TRUE(eventually([&] { return caught_up(); }, 90s)) << slurp(logf);
   EXPECT_EQ(node.stop(), 0) << slurp(logf);

@@ -44,6 +44,7 @@
 #include "kafka/producer.hpp"
 #include "messages/types.hpp"
 #include "redis/stores.hpp"
+#include "tests/support/appender.hpp"
 #include "tests/support/integration.hpp"
 #include "tests/support/toxiproxy.hpp"
 
@@ -210,46 +211,10 @@ struct net_fault : ::testing::Test {
 
   /// A steady trickle of records into every partition until stopped (an
   /// idempotent producer on the direct listeners: offsets follow the sends).
-  class appender {
-  public:
-    explicit appender(net_fault& s) : s_(s), thread_([this] { loop(); }) {}
-    ~appender() { stop(); }
-    void stop() {
-      if (thread_.joinable()) {
-        stop_ = true;
-        thread_.join();
-      }
-    }
-
-  private:
-    void loop() {
-      auto p = qsp::kafka::producer::make(s_.cfg);
-      if (!p) {
-        ADD_FAILURE() << "appender: " << describe(p.error());
-        return;
-      }
-      // Bounded: at most 40,000 rounds (~2 min at this rate).
-      for (int round = 1; !stop_ && round <= 40000; ++round) {
-        for (int part = 0; part < s_.partitions; ++part)
-          if (!p->send(s_.topic, part, qsp::core::encode_json(s_.next_record(part)))) {
-            ADD_FAILURE() << "appender: send failed";
-            return;
-          }
-        if (round % 10 == 0) {
-          if (!p->flush()) {
-            ADD_FAILURE() << "appender: flush failed";
-            return;
-          }
-          std::this_thread::sleep_for(20ms); // the rate, not a synchronisation
-        }
-      }
-      if (!p->flush())
-        ADD_FAILURE() << "appender: final flush failed";
-    }
-    net_fault& s_;
-    std::atomic<bool> stop_{false};
-    std::thread thread_;
-  };
+  qsp::test::appender trickle() {
+    return qsp::test::appender{cfg, topic, partitions,
+                               [this](int part) { return next_record(part); }};
+  }
 
   /// One sample: what the node claims, then an atomic snapshot of Redis
   /// (direct, not through the proxy).
@@ -462,7 +427,7 @@ struct net_fault : ::testing::Test {
     auto logf = "/tmp/" + qsp::test::unique_name(f.kind) + ".log";
     qsp::test::node_process node{run_args(), logf};
     ASSERT_TRUE(qsp::test::readyz_reaches(http_port, 200, 90s)) << slurp(logf);
-    appender more{*this};
+    auto more = trickle();
     ASSERT_TRUE(all_checkpoints_advance(60s)) << "no progress before the fault\n" << slurp(logf);
     sampler samples{*this};
     ASSERT_TRUE(eventually([&] { return samples.taken().size() >= 3; }, 30s));

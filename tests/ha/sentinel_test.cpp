@@ -29,6 +29,7 @@
 #include "kafka/producer.hpp"
 #include "messages/types.hpp"
 #include "redis/stores.hpp"
+#include "tests/support/appender.hpp"
 #include "tests/support/integration.hpp"
 #include "tests/support/sentinel.hpp"
 
@@ -362,45 +363,10 @@ struct SentinelNode : SentinelRedis {
   }
 
   /// A steady trickle of records into every partition until stopped.
-  class appender {
-  public:
-    explicit appender(SentinelNode& s) : s_(s), thread_([this] { loop(); }) {}
-    ~appender() { stop(); }
-    void stop() {
-      if (thread_.joinable()) {
-        stop_ = true;
-        thread_.join();
-      }
-    }
-
-  private:
-    void loop() {
-      auto p = kafka::producer::make(test::kafka_client());
-      if (!p) {
-        ADD_FAILURE() << "appender: " << describe(p.error());
-        return;
-      }
-      for (int round = 1; !stop_; ++round) {
-        for (int part = 0; part < s_.partitions; ++part)
-          if (!p->send(s_.topic, part, core::encode_json(s_.next_record(part)))) {
-            ADD_FAILURE() << "appender: send failed";
-            return;
-          }
-        if (round % 10 == 0) {
-          if (!p->flush()) {
-            ADD_FAILURE() << "appender: flush failed";
-            return;
-          }
-          std::this_thread::sleep_for(20ms); // the rate, not a synchronisation
-        }
-      }
-      if (!p->flush())
-        ADD_FAILURE() << "appender: final flush failed";
-    }
-    SentinelNode& s_;
-    std::atomic<bool> stop_{false};
-    std::thread thread_;
-  };
+  test::appender trickle() {
+    return test::appender{test::kafka_client(), topic, partitions,
+                          [this](int part) { return next_record(part); }};
+  }
 
   /// Takes atomic snapshots (MULTI/EXEC: every checkpoint and every user's
   /// session set) on whatever server the Sentinels name as the primary,
@@ -645,7 +611,7 @@ TEST_F(SentinelNode, PrimaryKilledUnderLoadTheNodeFollowsThePromotedReplica) {
   auto logf = "/tmp/" + test::unique_name("ha-kill") + ".log";
   test::node_process node{run_args(), logf};
   ASSERT_TRUE(test::readyz_reaches(http_port, 200, 90s)) << slurp(logf);
-  appender more{*this};
+  auto more = trickle();
   ASSERT_TRUE(checkpoints_advance()) << slurp(logf);
   sampler samples{*this};
   auto old = set->servers[0]->port;
@@ -680,7 +646,7 @@ TEST_F(SentinelNode, PlannedFailoverUnderLoadRestartsOnTheNewPrimary) {
   auto logf = "/tmp/" + test::unique_name("ha-planned") + ".log";
   test::node_process node{run_args(), logf};
   ASSERT_TRUE(test::readyz_reaches(http_port, 200, 90s)) << slurp(logf);
-  appender more{*this};
+  auto more = trickle();
   ASSERT_TRUE(checkpoints_advance()) << slurp(logf);
   sampler samples{*this};
   auto before = restarts();
@@ -715,7 +681,7 @@ TEST_F(SentinelNode, OldPrimaryReturnsWhileTheNodeHoldsAConnectionToIt) {
   // connections to the frozen primary through it.
   test::node_process node{run_args({"--redis.command-timeout=30s"}), logf};
   ASSERT_TRUE(test::readyz_reaches(http_port, 200, 90s)) << slurp(logf);
-  appender more{*this};
+  auto more = trickle();
   ASSERT_TRUE(checkpoints_advance()) << slurp(logf);
   sampler samples{*this};
   auto before = restarts();
