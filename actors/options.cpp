@@ -173,7 +173,8 @@ void add_options(caf::config_option_set& opts, const std::string& group) {
                       "<hostname>-<pid>)")
     .add<caf::timespan>("heartbeat-interval",
                         "clustered modes: publish this node's status and read the namespace's "
-                        "this often; a status lives for three (default: 250ms)")
+                        "this often (a fifth of it while the namespace is not ready); a status "
+                        "lives for three (default: 250ms)")
     .add<bool>("allow-shared-convs-prefix",
                "allow a second projection in one process to write the same convs-prefix on the "
                "same Redis under another namespace (default: false)");
