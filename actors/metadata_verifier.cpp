@@ -28,6 +28,42 @@ caf::expected<verified_start> verifier_state::run(const projection_settings& cfg
     return made.error();
   std::shared_ptr<checkpoint_store> store = std::move(*made);
   gen.track(store);
+  // Owners the node must not override (DESIGN.md §12, docs/CLUSTER.md): an
+  // `all` node refuses a namespace any node has claimed (a cluster projects
+  // it), before it reads or serves anything; a `static` node refuses a
+  // partition whose owner record names another node that is alive (it
+  // published a status within its TTL): two static nodes list it, or a
+  // group cluster owns the namespace.  A later claim still fences either
+  // at its next checkpoint write.
+  if (cfg.ownership == ownership_mode::all || cfg.ownership == ownership_mode::static_set) {
+    auto made_view = gen.ports->make_cluster_store();
+    if (!made_view)
+      return made_view.error();
+    auto view = (*made_view)->view(cfg.topic, cfg.partition_count);
+    if (!view)
+      return view.error();
+    std::vector<core::problem> owned_elsewhere;
+    for (auto& c : *view) {
+      bool all = cfg.ownership == ownership_mode::all;
+      if (c.owner.empty()
+          || (!all && (!c.live || c.owner == gen.node || gen.owned.count(c.partition) == 0)))
+        continue;
+      core::problem x;
+      x.partition = c.partition;
+      x.field = "owner";
+      x.stored = c.owner + " (epoch " + std::to_string(c.epoch) + (c.live ? ", alive" : "") + ")";
+      x.observed = all ? std::string{"projection.ownership = all"}
+                       : "projection.ownership = static, node " + gen.node;
+      x.reason = all ? "a cluster projects this namespace; this node would write beside it "
+                       "(give it the cluster's ownership mode, docs/CLUSTER.md)"
+                     : "another node owns the partition and is alive: is it in "
+                       "projection.partitions of two nodes, or does a group cluster own this "
+                       "namespace? (docs/CLUSTER.md)";
+      owned_elsewhere.push_back(std::move(x));
+    }
+    if (!owned_elsewhere.empty())
+      return refusal(owned_elsewhere);
+  }
   // DESIGN.md §12: claim before reading, so the checkpoints read below can
   // no longer move under a former owner (its writes are fenced from here on).
   if (!gen.own_all)

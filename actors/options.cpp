@@ -182,7 +182,8 @@ void add_options(caf::config_option_set& opts, const std::string& group) {
     .add<std::string>("bootstrap-servers", "broker list (default: 127.0.0.1:9092)")
     .add<std::string>("client-id", "librdkafka client.id (default: qsession-projection)")
     .add<std::string>("group-id",
-                      "librdkafka group.id, identity only, never committed (default: "
+                      "librdkafka group.id: the consumer group of ownership = group (one per "
+                      "namespace); offsets are never committed (default: "
                       "qsession-projection)")
     .add<std::vector<std::string>>("properties",
                                    "extra librdkafka properties, [\"key=value\", ...] (default: none)")

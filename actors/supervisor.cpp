@@ -350,6 +350,9 @@ void on_report(supervisor_pointer self, const cluster_report& rep) {
       continue;
     auto why = "partition " + std::to_string(p) + ": the owner record names another node or a "
                "newer epoch than " + std::to_string(st.owner_epochs[p]);
+    // Counted like a fenced checkpoint write (qsp_failures_total{kind="fenced"}).
+    st.failures[to_string(ec::fenced)] += 1;
+    st.stats->failures[static_cast<uint8_t>(ec::fenced)] += 1;
     if (auto refused = on_fenced(self, p, why)) {
       fail(self, refused);
       return;
@@ -708,7 +711,10 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
         return;
       if (self->state.state == "catching-up") {
         self->state.attempt = 0;
-        transition(self, "ready", "every partition reached its start target H0");
+        transition(self, "ready",
+                   self->state.cfg.clustered() && self->state.owned.empty()
+                     ? "owns no partition (yet); the gate follows the namespace"
+                     : "every partition reached its start target H0");
       }
     },
     [=](atom::restart, uint64_t gen) {

@@ -214,7 +214,27 @@ std::string probe_broker(const std::string& bootstrap, bool coordinators, int mi
 
 } // namespace
 
+void usage(std::FILE* to) {
+  std::fputs(
+    "usage:\n"
+    "  qsp-devtool create-topic BOOTSTRAP TOPIC PARTITIONS [--replication-factor=N]\n"
+    "                           [--config=KEY=VALUE ...]\n"
+    "  qsp-devtool delete-topic BOOTSTRAP TOPIC\n"
+    "  qsp-devtool produce BOOTSTRAP TOPIC PARTITIONS COUNT [RATE_PER_S] [SEED]\n"
+    "                      [--realistic] [--summary] [--batch=N] [--resp-out=FILE]\n"
+    "      COUNT dispatches (0 with a RATE: until SIGTERM/SIGINT), RATE per second\n"
+    "      (0 or none: as fast as possible), SEED of the generator (default 1)\n"
+    "  qsp-devtool probe BOOTSTRAP [--coordinators] [--brokers=N] [--timeout-ms=N]\n"
+    "Exit 0 on success (nothing is printed), 1 on a broker error, 2 on a usage error.\n",
+    to);
+}
+
 int main(int argc, char** argv) {
+  if (argc >= 2 && (std::string_view{argv[1]} == "--help" || std::string_view{argv[1]} == "-h"
+                    || std::string_view{argv[1]} == "help")) {
+    usage(stdout);
+    return 0;
+  }
   if (argc >= 3 && std::string_view{argv[1]} == "probe") {
     bool coordinators = false;
     int timeout_ms = 3000, min_brokers = 1;
@@ -238,7 +258,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (argc < 4) {
-    std::fprintf(stderr, "usage: qsp-devtool create-topic|delete-topic|produce BOOTSTRAP TOPIC ... | probe BOOTSTRAP [--coordinators] [--brokers=N]\n");
+    usage(stderr);
     return 2;
   }
   std::string cmd = argv[1];
@@ -283,7 +303,8 @@ int main(int argc, char** argv) {
     return r ? 0 : fail(r.error());
   }
   if (cmd != "produce" || argc < 6) {
-    std::fprintf(stderr, "qsp-devtool: bad command\n");
+    std::fprintf(stderr, "qsp-devtool: unknown command or missing arguments: %s\n", cmd.c_str());
+    usage(stderr);
     return 2;
   }
   // Positional arguments first; the benchmark options (--...) anywhere after them.
@@ -308,7 +329,8 @@ int main(int argc, char** argv) {
       pos.emplace_back(a);
   }
   if (pos.size() < 2) {
-    std::fprintf(stderr, "qsp-devtool: bad command\n");
+    std::fprintf(stderr, "qsp-devtool: produce needs PARTITIONS and COUNT\n");
+    usage(stderr);
     return 2;
   }
   int partitions = std::stoi(pos[0]);

@@ -142,6 +142,33 @@ int cmd_cluster(const app::node_settings& s, bool json) {
     return exit_for(view.error());
   }
   bool ready = std::all_of(view->begin(), view->end(), [](auto& c) { return c.ready; });
+  // A mistyped namespace, topic or partition count looks like an outage in
+  // the table ("no owner" everywhere): say what the namespace holds.
+  if (!ready) {
+    if (auto cps = redis::redis_checkpoint_store::open(redis_config_of(s.projection)); cps) {
+      if (auto st = (*cps)->read(s.projection.topic, s.projection.partition_count); st) {
+        if (!st->meta) {
+          std::cerr << "cluster: note: " << s.projection.ns << ":meta does not exist: no node has "
+                    << "projected topic " << s.projection.topic << " in namespace "
+                    << s.projection.ns << " yet (check --projection.namespace and "
+                    << "--projection.dispatch-topic)\n";
+        } else {
+          auto& m = *st->meta;
+          auto f = [&](std::string_view k) {
+            auto i = m.find(std::string{k});
+            return i == m.end() ? std::string{} : i->second;
+          };
+          if (f(core::fields::dispatch_topic) != s.projection.topic)
+            std::cerr << "cluster: note: the namespace's meta is for topic \""
+                      << f(core::fields::dispatch_topic) << "\", not " << s.projection.topic << '\n';
+          if (f(core::fields::partition_count) != std::to_string(s.projection.partition_count))
+            std::cerr << "cluster: note: the namespace's meta says partition_count "
+                      << f(core::fields::partition_count) << ", not "
+                      << s.projection.partition_count << " (--projection.partition-count)\n";
+        }
+      }
+    }
+  }
   auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
                std::chrono::system_clock::now().time_since_epoch())
                .count();

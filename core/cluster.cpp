@@ -27,9 +27,10 @@ partition_readiness judge(const owner_record& owner, const status_record& status
     return r;
   }
   if (!status.caught_up) {
-    r.why = "owner " + owner.node + " is " + (status.state.empty() ? "catching-up" : status.state)
-            + " (" + std::to_string(status.next_offset) + " of H0 " + std::to_string(status.h0)
-            + ")";
+    r.why = "owner " + owner.node + " is " + (status.state.empty() ? "catching-up" : status.state);
+    if (status.h0 >= 0)
+      r.why += " (" + std::to_string(status.next_offset) + " of H0 " + std::to_string(status.h0)
+               + ")";
     return r;
   }
   r.ready = true;

@@ -336,4 +336,90 @@ CAF_TEST(a fenced error carries its partition as a typed field not only in its t
   CAF_CHECK(!fenced_partition(caf::error{}));
 }
 
+CAF_TEST(a node fenced through its status heartbeat lets the partition go and counts the fence) {
+  // No checkpoint write is needed to notice a newer owner: the status
+  // publish is refused for that partition, and the fence is counted like a
+  // fenced write (qsp_failures_total{kind="fenced"}).
+  fill(0, 5);
+  fill(1, 5);
+  start();
+  CAF_REQUIRE(assign({0, 1}));
+  h0 = {{0, 5}, {1, 5}};
+  CAF_REQUIRE(drive([&] { return world->checkpoint(0) == std::optional<int64_t>{5}; }));
+  {
+    std::lock_guard<std::recursive_mutex> g{world->mtx};
+    auto& h = world->hashes[world->ns + ":owner:" + world->topic + ":0"];
+    h["epoch"] = "7";
+    h["node"] = "node-b";
+  }
+  CAF_REQUIRE(drive([&] {
+    auto st = status();
+    return st && st->owned == parts{1};
+  }));
+  CAF_CHECK_EQUAL(failures_of("fenced"), 1u);
+  CAF_CHECK_EQUAL(world->calls.fenced, 0u); // no checkpoint write was refused
+}
+
+CAF_TEST(an all node refuses a namespace a cluster owns before it projects anything) {
+  settings.ownership = ownership_mode::all;
+  fill(0, 5);
+  fill(1, 5);
+  {
+    std::lock_guard<std::recursive_mutex> g{world->mtx};
+    auto& h = world->hashes[world->ns + ":owner:" + world->topic + ":1"];
+    h["epoch"] = "3";
+    h["node"] = "node-b";
+  }
+  start();
+  CAF_REQUIRE(drive_to("refused"));
+  CAF_CHECK(contains(last_error(), "partition 1: field owner: stored \"node-b (epoch 3)\""));
+  CAF_CHECK(contains(last_error(), "a cluster projects this namespace"));
+  CAF_CHECK_EQUAL(count_state("ready"), 0u);
+  CAF_CHECK_EQUAL(world->calls.apply, 0u);
+  CAF_CHECK(!world->checkpoint(0));
+}
+
+CAF_TEST(a static node refuses a partition another live node owns) {
+  settings.ownership = ownership_mode::static_set;
+  settings.partitions = {0};
+  fill(0, 5);
+  auto foreign = [&](bool alive) {
+    std::lock_guard<std::recursive_mutex> g{world->mtx};
+    auto suffix = world->topic + ":0";
+    auto& h = world->hashes[world->ns + ":owner:" + suffix];
+    h["epoch"] = "2";
+    h["node"] = "node-b";
+    if (alive)
+      world->hashes[world->ns + ":status:" + suffix] = core::hash_fields{
+        {"node", "node-b"}, {"epoch", "2"}, {"state", "ready"}, {"h0", "5"},
+        {"next_offset", "5"}, {"caught_up", "1"}, {"heartbeat_ms", "1"}};
+    else
+      world->hashes.erase(world->ns + ":status:" + suffix);
+  };
+  foreign(true);
+  start();
+  CAF_REQUIRE(drive_to("refused"));
+  CAF_CHECK(contains(last_error(), "partition 0: field owner: stored \"node-b (epoch 2, alive)\""));
+  CAF_CHECK(contains(last_error(), "projection.partitions of two nodes"));
+  CAF_CHECK_EQUAL(world->calls.claims, 0u);
+  CAF_CHECK_EQUAL(owner_field(0, "node").value_or(""), "node-b");
+}
+
+CAF_TEST(a static node claims a partition whose former owner is gone) {
+  settings.ownership = ownership_mode::static_set;
+  settings.partitions = {0};
+  fill(0, 5);
+  {
+    std::lock_guard<std::recursive_mutex> g{world->mtx};
+    auto& h = world->hashes[world->ns + ":owner:" + world->topic + ":0"];
+    h["epoch"] = "2";
+    h["node"] = "node-b"; // no live status: node-b stopped or died
+  }
+  start();
+  h0 = {{0, 5}};
+  CAF_REQUIRE(drive([&] { return world->checkpoint(0) == std::optional<int64_t>{5}; }));
+  CAF_CHECK_EQUAL(owner_field(0, "node").value_or(""), "node-a");
+  CAF_CHECK_EQUAL(owner_field(0, "epoch").value_or(""), "3");
+}
+
 CAF_TEST_FIXTURE_SCOPE_END()

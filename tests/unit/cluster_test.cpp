@@ -54,6 +54,13 @@ TEST(Readiness, NeedsALiveCaughtUpStatusOfTheCurrentOwner) {
   EXPECT_FALSE(judge(o, behind).ready);
   EXPECT_TRUE(judge(o, behind).live);
   EXPECT_NE(judge(o, behind).why.find("40 of H0 100"), std::string::npos);
+  auto verifying = s;                                               // no H0 taken yet
+  verifying.caught_up = false;
+  verifying.state = "verifying";
+  verifying.h0 = -1;
+  verifying.next_offset = -1;
+  EXPECT_FALSE(judge(o, verifying).ready);
+  EXPECT_EQ(judge(o, verifying).why, "owner a is verifying");
   auto dirty = s;
   dirty.state = "dirty";                                            // caught up, but dirty
   EXPECT_FALSE(judge(o, dirty).ready);
