@@ -342,6 +342,17 @@ std::vector<owned_status> published(const supervisor_state& st,
   return out;
 }
 
+// What holds the namespace closed: "2: no owner; 3: owner n1 is verifying".
+std::string namespace_held(const supervisor_state& st) {
+  if (!st.cluster_error.empty())
+    return "cluster view unavailable: " + st.cluster_error;
+  std::string held;
+  for (auto& c : st.cluster)
+    if (!c.ready)
+      held += (held.empty() ? "" : "; ") + std::to_string(c.partition) + ": " + c.why;
+  return held.empty() ? std::string{"not read yet"} : held;
+}
+
 void on_report(supervisor_pointer self, const cluster_report& rep) {
   auto& st = self->state;
   bool refresh = false;
@@ -350,6 +361,11 @@ void on_report(supervisor_pointer self, const cluster_report& rep) {
       continue;
     auto why = "partition " + std::to_string(p) + ": the owner record names another node or a "
                "newer epoch than " + std::to_string(st.owner_epochs[p]);
+    for (auto& c : rep.view)
+      if (c.partition == p && !c.owner.empty())
+        why = "partition " + std::to_string(p) + ": the owner record names node \"" + c.owner
+              + "\" with epoch " + std::to_string(c.epoch) + " (this node \"" + st.node
+              + "\" holds epoch " + std::to_string(st.owner_epochs[p]) + ")";
     // Counted like a fenced checkpoint write (qsp_failures_total{kind="fenced"}).
     st.failures[to_string(ec::fenced)] += 1;
     st.stats->failures[static_cast<uint8_t>(ec::fenced)] += 1;
@@ -376,11 +392,7 @@ void on_report(supervisor_pointer self, const cluster_report& rep) {
     if (st.namespace_ready) {
       st.logs->info("namespace ready: every partition has a live owner at its H0");
     } else {
-      std::string held;
-      for (auto& c : st.cluster)
-        if (!c.ready)
-          held += (held.empty() ? "" : "; ") + std::to_string(c.partition) + ": " + c.why;
-      st.logs->info("namespace not ready: {}", rep.error.empty() ? held : rep.error);
+      st.logs->info("namespace not ready: {}", namespace_held(st));
     }
   }
   bool gate = gate_open(st);
@@ -677,10 +689,13 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
     },
     [=](atom::pull, const std::string& user, uint32_t limit) -> caf::result<session_list> {
       // The PULL_SESSION_LIST gate.
-      if (!self->state.ready || !self->state.reader)
-        return caf::make_error(ec::not_ready, "projection of " + self->state.cfg.topic + " ("
-                                                + self->state.cfg.ns + ") is "
-                                                + self->state.state);
+      auto& st = self->state;
+      if (!st.ready || !st.reader) {
+        auto text = "projection of " + st.cfg.topic + " (" + st.cfg.ns + ") is " + st.state;
+        if (st.state == "ready" && st.cfg.clustered() && !st.namespace_ready)
+          text += ", but its namespace is not: " + namespace_held(st);
+        return caf::make_error(ec::not_ready, std::move(text));
+      }
       return self->delegate(self->state.reader, atom::sessions_v, user, limit);
     },
     [=](atom::subscribe, const status_listener& listener) {

@@ -92,7 +92,8 @@ caf::expected<projection_actor> spawn_projection(caf::actor_system& sys,
   }
   auto stats = opts.stats ? opts.stats : std::make_shared<metrics>();
   auto logs = std::make_shared<const projection_log>(
-    opts.logger, projection_log::tag_of(settings.topic, settings.ns));
+    opts.logger, projection_log::tag_of(settings.topic, settings.ns,
+                                        settings.clustered() ? settings.node_id : std::string{}));
   auto io = std::make_shared<int>(0);
   projection_options popts;
   popts.logs = logs;

@@ -223,7 +223,9 @@ void usage(std::FILE* to) {
     "  qsp-devtool produce BOOTSTRAP TOPIC PARTITIONS COUNT [RATE_PER_S] [SEED]\n"
     "                      [--realistic] [--summary] [--batch=N] [--resp-out=FILE]\n"
     "      COUNT dispatches (0 with a RATE: until SIGTERM/SIGINT), RATE per second\n"
-    "      (0 or none: as fast as possible), SEED of the generator (default 1)\n"
+    "      (0 or none: as fast as possible), SEED of the generator (default 1);\n"
+    "      recipients are users u0..u99999 (Zipf-like: u0 the busiest),\n"
+    "      conversations c-0..c-999999\n"
     "  qsp-devtool probe BOOTSTRAP [--coordinators] [--brokers=N] [--timeout-ms=N]\n"
     "Exit 0 on success (nothing is printed), 1 on a broker error, 2 on a usage error.\n",
     to);

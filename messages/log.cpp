@@ -11,8 +11,9 @@ projection_log::projection_log(std::shared_ptr<spdlog::logger> logger, std::stri
       "qsp", std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
 }
 
-std::string projection_log::tag_of(const std::string& topic, const std::string& ns) {
-  return "[" + topic + " " + ns + "] ";
+std::string projection_log::tag_of(const std::string& topic, const std::string& ns,
+                                   const std::string& node) {
+  return "[" + topic + " " + ns + (node.empty() ? "" : " " + node) + "] ";
 }
 
 log_ptr default_log() {

@@ -19,7 +19,10 @@ public:
   projection_log(std::shared_ptr<spdlog::logger> logger, std::string tag);
 
   /// The tag of a projection: "[<topic> <namespace>] ".
-  static std::string tag_of(const std::string& topic, const std::string& ns);
+  /// "[topic namespace] ", or "[topic namespace node] " with a node id (the
+  /// clustered modes: several nodes of one namespace may share a process).
+  static std::string tag_of(const std::string& topic, const std::string& ns,
+                            const std::string& node = {});
 
   template <class... Ts>
   void log(spdlog::level::level_enum lvl, fmt::format_string<Ts...> f, Ts&&... xs) const {

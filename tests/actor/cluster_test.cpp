@@ -6,6 +6,10 @@
 
 #include "tests/actor/fixture.hpp"
 
+#include <sstream>
+
+#include <spdlog/sinks/ostream_sink.h>
+
 using namespace qsp;
 using namespace qsp::test;
 
@@ -120,6 +124,8 @@ CAF_TEST(an assigned partition is claimed verified and projected and the gate wa
   auto gate = pull("u1", 5);
   CAF_REQUIRE(!gate);
   CAF_CHECK(has_code(gate.error(), ec::not_ready));
+  // Locally ready, so the refusal says what holds the namespace closed.
+  CAF_CHECK(contains(describe(gate.error()), "is ready, but its namespace is not: 1: no owner"));
   auto st = status();
   CAF_REQUIRE(st);
   CAF_CHECK_EQUAL(st->state, "ready");
@@ -338,11 +344,17 @@ CAF_TEST(a fenced error carries its partition as a typed field not only in its t
 
 CAF_TEST(a node fenced through its status heartbeat lets the partition go and counts the fence) {
   // No checkpoint write is needed to notice a newer owner: the status
-  // publish is refused for that partition, and the fence is counted like a
-  // fenced write (qsp_failures_total{kind="fenced"}).
+  // publish is refused for that partition, the fence is counted like a
+  // fenced write (qsp_failures_total{kind="fenced"}), and the warning names
+  // the new owner and its epoch.
   fill(0, 5);
   fill(1, 5);
-  start();
+  std::ostringstream logged;
+  auto logger = std::make_shared<spdlog::logger>(
+    "cluster-test", std::make_shared<spdlog::sinks::ostream_sink_st>(logged));
+  auto opts = deterministic();
+  opts.logs = std::make_shared<const projection_log>(logger, "[test] ");
+  start(opts);
   CAF_REQUIRE(assign({0, 1}));
   h0 = {{0, 5}, {1, 5}};
   CAF_REQUIRE(drive([&] { return world->checkpoint(0) == std::optional<int64_t>{5}; }));
@@ -358,6 +370,8 @@ CAF_TEST(a node fenced through its status heartbeat lets the partition go and co
   }));
   CAF_CHECK_EQUAL(failures_of("fenced"), 1u);
   CAF_CHECK_EQUAL(world->calls.fenced, 0u); // no checkpoint write was refused
+  CAF_CHECK(contains(logged.str(), "partition 0: the owner record names node \"node-b\" with "
+                                   "epoch 7 (this node \"node-a\" holds epoch 1)"));
 }
 
 CAF_TEST(an all node refuses a namespace a cluster owns before it projects anything) {
