@@ -147,6 +147,89 @@ inline __attribute__((always_inline)) const char* scan_plain(const char* p, cons
   return p;
 }
 
+#if defined(__SSE2__)
+// Unsigned a >= b per byte (SSE2 has signed compares only).
+inline __attribute__((always_inline)) __m128i ge_u8(__m128i a, __m128i b) {
+  return _mm_cmpeq_epi8(_mm_max_epu8(a, b), a);
+}
+
+// The bytes of `cur` moved up by N places, the top N bytes of `prev` below:
+// per position i, the byte i - N of the input.
+template <int N>
+inline __attribute__((always_inline)) __m128i before(__m128i cur, __m128i prev) {
+  return _mm_or_si128(_mm_slli_si128(cur, N), _mm_srli_si128(prev, 16 - N));
+}
+
+// Per byte of `cur` (prev: the 16 bytes before it): set where the UTF-8 is
+// not well-formed (Unicode Table 3-7) as seen from that byte: a
+// continuation byte (80..BF) where none is due or a due one missing, a
+// byte that is never valid (C0, C1, F5..FF), or a second byte out of range
+// after E0 (overlong), ED (surrogate), F0 (overlong) or F4 (> U+10FFFF).
+// A sequence cut off at the end of `cur` shows up in the next block.
+inline __attribute__((always_inline)) __m128i utf8_errors(__m128i cur, __m128i prev) {
+  const __m128i p1 = before<1>(cur, prev), p2 = before<2>(cur, prev), p3 = before<3>(cur, prev);
+  const __m128i due = _mm_or_si128(_mm_or_si128(ge_u8(p1, _mm_set1_epi8(static_cast<char>(0xc0))),
+                                                ge_u8(p2, _mm_set1_epi8(static_cast<char>(0xe0)))),
+                                   ge_u8(p3, _mm_set1_epi8(static_cast<char>(0xf0))));
+  // Continuation bytes are the signed bytes below (char)0xc0.
+  const __m128i continuation = _mm_cmplt_epi8(cur, _mm_set1_epi8(static_cast<char>(0xc0)));
+  const __m128i never = _mm_or_si128(
+    _mm_cmpeq_epi8(_mm_and_si128(cur, _mm_set1_epi8(static_cast<char>(0xfe))), _mm_set1_epi8(static_cast<char>(0xc0))),
+    ge_u8(cur, _mm_set1_epi8(static_cast<char>(0xf5))));
+  // Where a continuation is due after one of the four, `cur` is one
+  // (else `due ^ continuation` flags it), so signed compares order it.
+  auto after = [&](int lead) { return _mm_cmpeq_epi8(p1, _mm_set1_epi8(static_cast<char>(lead))); };
+  const __m128i below_a0 = _mm_cmplt_epi8(cur, _mm_set1_epi8(static_cast<char>(0xa0)));
+  const __m128i below_90 = _mm_cmplt_epi8(cur, _mm_set1_epi8(static_cast<char>(0x90)));
+  const __m128i range = _mm_or_si128(
+    _mm_or_si128(_mm_and_si128(after(0xe0), below_a0), _mm_andnot_si128(below_a0, after(0xed))),
+    _mm_or_si128(_mm_and_si128(after(0xf0), below_90), _mm_andnot_si128(below_90, after(0xf4))));
+  return _mm_or_si128(_mm_or_si128(_mm_xor_si128(due, continuation), never), range);
+}
+#endif
+
+// Back from `p` to the first byte of the sequence it is inside of (or `p`
+// if it starts one): at most three continuation bytes, never before `start`.
+inline const char* sequence_start(const char* start, const char* p) {
+  for (int i = 0; i < 3 && p > start && (static_cast<unsigned char>(p[-1]) & 0xc0) == 0x80; ++i) --p;
+  if (p > start && static_cast<unsigned char>(p[-1]) >= 0xc0) --p;
+  return p;
+}
+
+// From `p` (the first byte of a sequence, in a string), sixteen bytes per
+// step: the first position holding '"', '\\' or a control character with
+// every byte before it well-formed UTF-8 and no sequence cut off there; or,
+// where the steps cannot tell (malformed UTF-8 in a block, fewer than
+// sixteen bytes left), the first byte of a sequence at or before the point
+// reached, from which the byte-wise path goes on and reports any error at
+// the byte it always did.  Each block is checked whole, without a branch
+// per sequence: what accented, CJK or emoji text needs.  Out of line: only
+// strings with non-ASCII bytes get here.
+__attribute__((noinline)) const char* scan_utf8(const char* p, const char* end) {
+  const char* const start = p;
+#if defined(__SSE2__)
+  const __m128i quote = _mm_set1_epi8('"');
+  const __m128i backslash = _mm_set1_epi8('\\');
+  const __m128i control_max = _mm_set1_epi8(0x1f);
+  __m128i prev = _mm_setzero_si128();
+  while (end - p >= 16) {
+    const __m128i w = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m128i stops = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(w, quote), _mm_cmpeq_epi8(w, backslash)),
+                                       _mm_cmpeq_epi8(_mm_min_epu8(w, control_max), w));
+    const unsigned stop = static_cast<unsigned>(_mm_movemask_epi8(stops));
+    const unsigned errors = static_cast<unsigned>(_mm_movemask_epi8(utf8_errors(w, prev)));
+    // Up to and including the first stop byte (a sequence cut off by it is
+    // an error there), else the whole block.
+    const unsigned upto = stop != 0 ? (stop ^ (stop - 1)) : 0xffffu;
+    if ((errors & upto) != 0) break;
+    if (stop != 0) return p + __builtin_ctz(stop);
+    prev = w;
+    p += 16;
+  }
+#endif
+  return sequence_start(start, p);
+}
+
 // Where the parser puts the three projected fields.  A sink sees each field
 // at most once per record (a duplicated field is rejected before its value).
 //   conversation_id(v); created_at(v); recipient(index, v) for each element,
@@ -483,6 +566,13 @@ class parser {
         p_ = scan_plain(p_ + 1, end_);
         if (Keep) scratch_.append(run, p_);
       } else {
+        // Whole blocks at a time while they are well-formed.
+        const char* const run = p_;
+        p_ = scan_utf8(p_, end_);
+        if (p_ != run) {
+          if (Keep) scratch_.append(run, p_);
+          continue;
+        }
         const auto* u = reinterpret_cast<const unsigned char*>(p_);
         const size_t length = utf8_sequence_length(u, reinterpret_cast<const unsigned char*>(end_));
         if (length == 0) return syntax_error("invalid UTF-8");

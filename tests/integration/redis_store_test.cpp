@@ -76,9 +76,11 @@ TEST(RedisSessionStore, AnErrorReplyFailsTheWholeCall) {
 
 TEST(RedisSessionStore, ScoresOfEveryDigitCountSurviveTheHandFormattedResp) {
   // The scores' decimals are written by hand (digit count from the bit
-  // length, two digits per step): every length from 1 to 15 digits at both
-  // of its edges, and 16 digits up to the largest created_at (2^53, what a
-  // score, a double, holds exactly), read back from Redis.
+  // length; up to 8 digits two per step, 9 to 16 as two groups of eight
+  // converted at once): every length from 1 to 15 digits at both of its
+  // edges, 16 digits up to the largest created_at (2^53, what a score, a
+  // double, holds exactly), and scores whose every digit differs (the
+  // groups' order and each digit's place), read back from Redis.
   auto prefix = test::unique_name("convs") + ":";
   auto c = test::redis_conn();
   auto store = redis::redis_session_store::open(test::redis_settings("ns", prefix));
@@ -94,6 +96,9 @@ TEST(RedisSessionStore, ScoresOfEveryDigitCountSurviveTheHandFormattedResp) {
   expected["c10^15+1"] = power + 1;
   expected["c2^53-1"] = (int64_t{1} << 53) - 1;
   expected["c2^53"] = int64_t{1} << 53;
+  for (int64_t v : {int64_t{123456789}, int64_t{9876543210}, int64_t{1733312345678},
+                    int64_t{1023456789012345}, int64_t{8907654321098765}})
+    expected["c" + std::to_string(v)] = v;
   std::vector<session_member> members;
   for (auto& [name, score] : expected)
     members.push_back(session_member{name, score});

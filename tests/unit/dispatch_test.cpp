@@ -264,6 +264,62 @@ TEST(JsonDecoder, EveryScanPositionOfEverySpecialByte) {
   }
 }
 
+TEST(JsonDecoder, NonAsciiTextAtEveryBlockPosition) {
+  // Once a string holds a non-ASCII byte, the scan checks UTF-8 sixteen
+  // bytes at a time and hands malformed blocks back to the byte-wise path:
+  // every well-formed sequence must pass at every offset (across block
+  // edges too), and every malformed one, or a special byte, must be
+  // reported at its first byte, as the byte-wise path always did, after
+  // text of one-, two-, three- and four-byte sequences.
+  const json_decoder decoder;
+  std::string error;
+  const std::string prefixes[] = {"\xc3\xa9", "\xe4\xb8\xad\xe6\x96\x87", "\xf0\x9f\x91\x8d", "a\xc3\xa9"};
+  const char* const good[] = {"\xc3\xa9",         "\xdf\xbf",         "\xe4\xb8\xad",
+                              "\xe0\xa0\x80",     "\xed\x9f\xbf",     "\xee\x80\x80",
+                              "\xf0\x90\x80\x80", "\xf0\x9f\x98\x80", "\xf4\x8f\xbf\xbf"};
+  const char* const bad[] = {"\xff",         "\xc0\xaf",         "\xc1\xbf",     "\xe0\x80\xaf",
+                             "\xe0\x9f\xbf", "\xed\xa0\x80",     "\xed\xbf\xbf", "\xf0\x80\x80\x80",
+                             "\xf0\x8f\xbf\xbf", "\xf4\x90\x80\x80", "\xf5\x80\x80\x80", "\xe2\x82",
+                             "\x80",         "\xbf",             "\xc3",         "\xf0\x9f\x98",
+                             "\xf8\x88\x80\x80\x80", "\x01", "\n"};
+  for (const std::string& prefix : prefixes) {
+    for (size_t before = 0; before < 40; ++before) {
+      // Filler of the prefix's kind, cut to `before` bytes at a sequence edge.
+      std::string head = prefix;
+      while (head.size() < prefix.size() + before) head += head.size() % 2 ? "\xc3\xa9" : "x";
+      for (size_t after : {size_t{0}, size_t{1}, size_t{15}, size_t{17}, size_t{40}}) {
+        const std::string tail = std::string(after, 'b');
+        for (const char* g : good) {
+          const std::string text = head + g + tail + "\xe4\xb8\xad";
+          const std::string input = "{\"x\":\"" + text + "\"," + record("\"" + text + "\"").substr(1);
+          dispatch out;
+          ASSERT_TRUE(decoder.decode(input, out, error)) << input << "\n" << error;
+          EXPECT_EQ(out.conversation_id, text) << input;
+          dispatch_batch batch;
+          ASSERT_TRUE(decoder.decode_append(input, batch, error)) << input << "\n" << error;
+          EXPECT_EQ(batch.conversation_id(0), text) << input;
+        }
+        for (const char* b : bad) {
+          const std::string text = head + b + tail;
+          const std::string what = static_cast<unsigned char>(b[0]) < 0x20
+                                       ? "unescaped control character in a string"
+                                       : "invalid UTF-8";
+          const std::string skipped = "{\"x\":\"" + text + "\"}";
+          dispatch out;
+          ASSERT_FALSE(decoder.decode(skipped, out, error)) << skipped;
+          EXPECT_EQ(error, "invalid JSON at byte " + std::to_string(6 + head.size()) + ": " + what)
+              << skipped;
+          const std::string projected = record("\"" + text + "\"");
+          ASSERT_FALSE(decoder.decode(projected, out, error)) << projected;
+          EXPECT_EQ(error, "field conversation_id: invalid JSON at byte "
+                               + std::to_string(20 + head.size()) + ": " + what)
+              << projected;
+        }
+      }
+    }
+  }
+}
+
 TEST(DispatchBatch, HoldsManyRecordsInOneArena) {
   std::mt19937_64 rng(5);
   const json_decoder decoder;
