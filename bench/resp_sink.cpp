@@ -10,12 +10,17 @@
 //                                  maxmemory_policy (7.0.15, noeviction)
 //   SCAN ...                       "0" and no keys
 //   EVAL <checkpoint read script>  meta absent, no checkpoints: ["none", []]
+//   EVAL <cluster view script>     no owner or status records: one empty
+//                                  array per key
 //   EVAL <create-meta script>      "created"
 //   EVAL <guarded write script>    "ok"
 //   AUTH, PING, SELECT, CLIENT     +OK / +PONG
 //   anything else                  -ERR naming the command
 // Nothing is stored: checkpoints are acknowledged, not kept, so a node
-// restarted against it bootstraps again.  Counts go to stderr at exit.
+// restarted against it bootstraps again.  Counts go to stderr at exit,
+// errors= among them: the -ERR replies to what it does not know (a node
+// that gets one fails its catch-up, which tests/integration/bench_sink_test
+// checks against the node as it is).
 //
 // Usage: qsp-bench-resp-sink PORT_FILE   (listens on 127.0.0.1:0, writes the
 // port to PORT_FILE, runs until SIGTERM/SIGINT)
@@ -40,7 +45,8 @@ namespace {
 volatile sig_atomic_t stop_requested = 0;
 
 struct counts {
-  unsigned long long commands = 0, zadd = 0, members = 0, eval = 0, other = 0, bytes_in = 0;
+  unsigned long long commands = 0, zadd = 0, members = 0, eval = 0, other = 0, bytes_in = 0,
+                     errors = 0;
 };
 
 struct client {
@@ -88,6 +94,14 @@ void answer(const std::vector<std::string_view>& argv, std::string& out, counts&
       bulk(out, "created");
     } else if (script.find("'format_version'") != std::string_view::npos) {
       bulk(out, "ok");
+    } else if (script.find("out[i] = redis.call('HGETALL', KEYS[i])") != std::string_view::npos) {
+      // The cluster view: HGETALL of each owner and status key (none).
+      const size_t keys = static_cast<size_t>(std::strtoull(std::string{argv[2]}.c_str(), nullptr, 10));
+      out += '*';
+      out += std::to_string(keys);
+      out += "\r\n";
+      for (size_t k = 0; k < keys; ++k)
+        out += "*0\r\n";
     } else if (script.find("local out = {}") != std::string_view::npos) {
       // The checkpoint read: with ARGV[1] == 'meta' its first entries are
       // meta's type and fields; then one triple per existing key (none).
@@ -96,6 +110,7 @@ void answer(const std::vector<std::string_view>& argv, std::string& out, counts&
       else
         out += "*0\r\n";
     } else {
+      ++n.errors;
       out += "-ERR qsp-bench-resp-sink: unknown script\r\n";
     }
   } else if (iequals(cmd, "INFO")) {
@@ -112,6 +127,7 @@ void answer(const std::vector<std::string_view>& argv, std::string& out, counts&
     out += "+OK\r\n";
   } else {
     ++n.other;
+    ++n.errors;
     out += "-ERR qsp-bench-resp-sink: unsupported command '";
     out += cmd;
     out += "'\r\n";
@@ -266,7 +282,8 @@ int main(int argc, char** argv) {
   for (auto& c : clients) ::close(c.fd);
   ::close(lfd);
   std::fprintf(stderr,
-               "resp-sink: commands=%llu zadd=%llu members=%llu eval=%llu other=%llu bytes_in=%llu\n",
-               n.commands, n.zadd, n.members, n.eval, n.other, n.bytes_in);
+               "resp-sink: commands=%llu zadd=%llu members=%llu eval=%llu other=%llu bytes_in=%llu "
+               "errors=%llu\n",
+               n.commands, n.zadd, n.members, n.eval, n.other, n.bytes_in, n.errors);
   return 0;
 }
