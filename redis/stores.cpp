@@ -588,27 +588,27 @@ caf::expected<void> redis_session_store::apply(const std::vector<session_update>
 
 namespace {
 
+/// `n` bytes (sizeof(Word) <= n <= 2 * sizeof(Word)) as two overlapping
+/// word loads and stores.
+template <class Word>
+char* put_overlapping(char* p, const char* q, size_t n) {
+  Word head, tail;
+  std::memcpy(&head, q, sizeof(Word));
+  std::memcpy(&tail, q + n - sizeof(Word), sizeof(Word));
+  std::memcpy(p, &head, sizeof(Word));
+  std::memcpy(p + n - sizeof(Word), &tail, sizeof(Word));
+  return p + n;
+}
+
 char* put_text(char* p, std::string_view s) {
   // Short pieces (keys, conversation ids) inline, without a call: 4 to 16
   // bytes as two overlapping loads and stores, fewer byte by byte.
   const size_t n = s.size();
   const char* q = s.data();
-  if (n >= 8 && n <= 16) {
-    uint64_t head, tail;
-    std::memcpy(&head, q, 8);
-    std::memcpy(&tail, q + n - 8, 8);
-    std::memcpy(p, &head, 8);
-    std::memcpy(p + n - 8, &tail, 8);
-    return p + n;
-  }
-  if (n >= 4 && n < 8) {
-    uint32_t head, tail;
-    std::memcpy(&head, q, 4);
-    std::memcpy(&tail, q + n - 4, 4);
-    std::memcpy(p, &head, 4);
-    std::memcpy(p + n - 4, &tail, 4);
-    return p + n;
-  }
+  if (n >= 8 && n <= 16)
+    return put_overlapping<uint64_t>(p, q, n);
+  if (n >= 4 && n < 8)
+    return put_overlapping<uint32_t>(p, q, n);
   if (n < 4) {
     for (size_t i = 0; i < n; ++i)
       p[i] = q[i];
