@@ -45,6 +45,9 @@ public:
   /// broker afresh (never a cached answer): the run-time identity fence.
   /// A topic that does not exist (yet) is transient (ec::kafka_unavailable).
   virtual caf::expected<broker_state> identity(const std::string& topic) = 0;
+  /// Callable from any thread: a call waiting on the broker returns promptly
+  /// with an error (ec::shutting_down), and so does every later call.
+  virtual void interrupt() {}
 };
 
 /// The projection's durable state in Redis: meta and per-partition checkpoints.
@@ -199,6 +202,26 @@ public:
   /// consumer last learnt it from the broker, without asking the broker;
   /// -1 while unknown.  Callable from any thread, never blocks.
   virtual int64_t log_end(int32_t /*partition*/) { return -1; }
+  /// DESIGN.md §12, "Decision — handover": adds partitions to a started
+  /// consumer (librdkafka's incremental assign) with the same checks and
+  /// epoch validation as start(); the partitions already assigned keep
+  /// fetching from where they are.  A partition already assigned is an error.
+  virtual caf::expected<void> add(const std::map<int32_t, int64_t>& starts,
+                                  const std::map<int32_t, int32_t>& epochs = {}) {
+    (void) starts;
+    (void) epochs;
+    return caf::make_error(ec::invalid_config, "this dispatch log cannot add partitions");
+  }
+  /// Stops fetching `partitions` (incremental unassign); the others keep
+  /// fetching.  Their readers must no longer be polled.  Not assigned: ignored.
+  virtual caf::expected<void> remove(const std::vector<int32_t>& partitions) {
+    (void) partitions;
+    return caf::make_error(ec::invalid_config, "this dispatch log cannot remove partitions");
+  }
+  /// Callable from any thread: a call waiting on the broker (start, add)
+  /// returns promptly with an error (ec::shutting_down), and so does every
+  /// later one.
+  virtual void interrupt() {}
 };
 
 /// The namespace's ownership records and published statuses, read and
