@@ -4,12 +4,133 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
 
 #include "caf/event_based_actor.hpp"
 
 namespace qsp {
 
 // -- metadata verifier --------------------------------------------------------
+
+namespace {
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+           std::chrono::system_clock::now().time_since_epoch())
+    .count();
+}
+
+// DESIGN.md §12, "Decision — re-claim": claim before reading, so the
+// checkpoints read afterwards can no longer move under a former owner (its
+// writes are fenced from then on).  Every verification re-reads each owner
+// record (the claim script does, atomically): an intact claim is kept, one
+// Redis lost is re-claimed above every epoch seen, and a partition that
+// moved to another node answers ec::fenced.
+// `known`: this node's claims (none for partitions just given to it).
+caf::error claim(const projection_settings& cfg, generation& gen, checkpoint_store& store,
+                 const std::set<int32_t>& parts, const std::map<int32_t, uint64_t>& known) {
+  for (auto p : parts) {
+    auto i = known.find(p);
+    uint64_t mine = i == known.end() ? 0 : i->second;
+    auto epoch = store.claim(cfg.topic, p, gen.node, now_ms(), mine);
+    if (!epoch)
+      return epoch.error();
+    gen.record_claim(p, *epoch);
+    if (gen.logs && *epoch != mine)
+      gen.logs->info("partition {}: claimed by {} with epoch {}{}", p, gen.node, *epoch,
+                     mine == 0 ? std::string{}
+                               : " (the record no longer held this node's epoch "
+                                   + std::to_string(mine) + ": rolled back by Redis)");
+  }
+  return caf::none;
+}
+
+// The §4 inspection, judged for `parts`: their problems, and every problem
+// that is no partition's (meta, the broker, the server) or of a partition
+// outside [0, partition_count) (a stray checkpoint key: DESIGN §3 refuses it
+// whichever node finds it).  Problems of other partitions in range are
+// their owners' to report.
+caf::expected<inspection> inspect_for(const projection_settings& cfg, generation& gen,
+                                             broker_inspector& broker, checkpoint_store& store,
+                                             const std::set<int32_t>& parts) {
+  auto r = inspect_startup(cfg, broker, store);
+  if (!r)
+    return r.error();
+  if (!gen.own_all) {
+    auto& ps = r->problems;
+    ps.erase(std::remove_if(ps.begin(), ps.end(),
+                            [&](const core::problem& x) {
+                              return x.partition && *x.partition >= 0
+                                     && *x.partition < cfg.partition_count
+                                     && parts.count(*x.partition) == 0;
+                            }),
+             ps.end());
+  }
+  if (!r->ok())
+    return refusal(r->problems);
+  if (r->maxmemory_policy != "noeviction" && gen.logs)
+    gen.logs->warn("redis maxmemory-policy is {}, allowed by redis.allow-eviction: keys may be "
+                   "evicted if maxmemory is ever reached",
+                   r->maxmemory_policy);
+  return r;
+}
+
+// The explicit starts, H0s and checkpoints of `parts` from the inspection.
+verified_start plan_for(const inspection& r, generation& gen,
+                        const std::set<int32_t>& parts) {
+  verified_start vs;
+  vs.id = r.observed;
+  vs.starts = r.plan.starts();
+  vs.checkpoints = r.validated.next_offsets;
+  vs.epochs = r.leader_epochs;
+  vs.h0 = r.plan.h0();
+  for (size_t p = 0; p < r.broker.true_high.size(); ++p)
+    vs.true_high[static_cast<int32_t>(p)] = r.broker.true_high[p];
+  vs.retention_ms = r.broker.retention_ms;
+  if (!gen.own_all) {
+    auto keep = [&](auto& m) {
+      for (auto i = m.begin(); i != m.end();)
+        i = parts.count(i->first) > 0 ? std::next(i) : m.erase(i);
+    };
+    keep(vs.starts);
+    keep(vs.checkpoints);
+    keep(vs.epochs);
+    keep(vs.h0);
+    vs.owner_epochs = gen.claims();
+    keep(vs.owner_epochs);
+  }
+  // DESIGN §14: a checkpoint without a known epoch (older data, or a
+  // position whose epoch was unknown) is accepted with a warning; the next
+  // checkpoint write stores one.
+  if (gen.logs)
+    for (auto& [p, next] : vs.checkpoints)
+      if (vs.epochs.count(p) == 0)
+        gen.logs->warn("partition {}: no leader epoch stored with checkpoint {}: this start is "
+                       "not validated against a truncated log; the next checkpoint stores one",
+                       p, next);
+  return vs;
+}
+
+// Identity must be unchanged between the inspection and the consumer's
+// readiness; meta is created only once everything above is proven, so a
+// refused start leaves nothing behind.
+caf::error confirm(const projection_settings& cfg, broker_inspector& broker,
+                   checkpoint_store& store, const inspection& r, verified_start& vs) {
+  auto again = broker.identity(cfg.topic);
+  if (!again)
+    return again.error();
+  if (auto err = identity_mismatch(vs.id, *again, "during startup"))
+    return err;
+  if (!r.validated.meta_present) {
+    auto created = store.create_meta(vs.id);
+    if (!created)
+      return created.error();
+    vs.meta_created = *created;
+  }
+  return caf::none;
+}
+
+} // namespace
 
 caf::expected<verified_start> verifier_state::run(const projection_settings& cfg,
                                                   generation& gen) {
@@ -19,10 +140,12 @@ caf::expected<verified_start> verifier_state::run(const projection_settings& cfg
   if (!log)
     return log.error();
   gen.log = std::move(*log);
+  gen.track(gen.log);
   auto made_broker = gen.ports->make_inspector();
   if (!made_broker)
     return made_broker.error();
   std::shared_ptr<broker_inspector> broker = std::move(*made_broker);
+  gen.track(broker);
   auto made = gen.ports->make_checkpoint_store();
   if (!made)
     return made.error();
@@ -42,11 +165,17 @@ caf::expected<verified_start> verifier_state::run(const projection_settings& cfg
     auto view = (*made_view)->view(cfg.topic, cfg.partition_count);
     if (!view)
       return view.error();
+    auto known = gen.claims();
     std::vector<core::problem> owned_elsewhere;
     for (auto& c : *view) {
       bool all = cfg.ownership == ownership_mode::all;
+      // A static node's own earlier claim, rolled back to another node's
+      // older record, is re-claimed below, not refused.
+      auto mine = known.find(c.partition);
+      bool rolled_back = mine != known.end() && c.epoch < mine->second;
       if (c.owner.empty()
-          || (!all && (!c.live || c.owner == gen.node || gen.owned.count(c.partition) == 0)))
+          || (!all && (!c.live || c.owner == gen.node || gen.owned.count(c.partition) == 0
+                       || rolled_back)))
         continue;
       core::problem x;
       x.partition = c.partition;
@@ -64,89 +193,57 @@ caf::expected<verified_start> verifier_state::run(const projection_settings& cfg
     if (!owned_elsewhere.empty())
       return refusal(owned_elsewhere);
   }
-  // DESIGN.md §12: claim before reading, so the checkpoints read below can
-  // no longer move under a former owner (its writes are fenced from here on).
   if (!gen.own_all)
-    for (auto p : gen.owned) {
-      if (gen.claims().count(p) > 0)
-        continue;
-      auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                   std::chrono::system_clock::now().time_since_epoch())
-                   .count();
-      auto epoch = store->claim(cfg.topic, p, gen.node, now);
-      if (!epoch)
-        return epoch.error();
-      gen.record_claim(p, *epoch);
-      if (gen.logs)
-        gen.logs->info("partition {}: claimed by {} with epoch {}", p, gen.node, *epoch);
-    }
-  auto r = inspect_startup(cfg, *broker, *store);
+    if (auto err = claim(cfg, gen, *store, gen.owned, gen.claims()))
+      return err;
+  std::set<int32_t> every;
+  for (int32_t p = 0; p < cfg.partition_count; ++p)
+    every.insert(p);
+  auto& parts = gen.own_all ? every : gen.owned;
+  auto r = inspect_for(cfg, gen, *broker, *store, parts);
   if (!r)
     return r.error();
-  if (!gen.own_all) {
-    // Problems of partitions another node owns are that node's to report.
-    auto& ps = r->problems;
-    ps.erase(std::remove_if(ps.begin(), ps.end(),
-                            [&](const core::problem& x) {
-                              return x.partition && gen.owned.count(*x.partition) == 0;
-                            }),
-             ps.end());
-  }
-  if (!r->ok())
-    return refusal(r->problems);
-  if (r->maxmemory_policy != "noeviction" && gen.logs)
-    gen.logs->warn("redis maxmemory-policy is {}, allowed by redis.allow-eviction: keys may be "
-                   "evicted if maxmemory is ever reached",
-                   r->maxmemory_policy);
-  verified_start vs;
-  vs.id = r->observed;
-  vs.starts = r->plan.starts();
-  vs.checkpoints = r->validated.next_offsets;
-  vs.epochs = r->leader_epochs;
-  // DESIGN §14: a checkpoint without a known epoch (older data, or a
-  // position whose epoch was unknown) is accepted with a warning; the next
-  // checkpoint write stores one.
-  if (gen.logs)
-    for (auto& [p, next] : vs.checkpoints)
-      if (vs.epochs.count(p) == 0 && (gen.own_all || gen.owned.count(p) > 0))
-        gen.logs->warn("partition {}: no leader epoch stored with checkpoint {}: this start is "
-                       "not validated against a truncated log; the next checkpoint stores one",
-                       p, next);
-  vs.h0 = r->plan.h0();
-  for (size_t p = 0; p < r->broker.true_high.size(); ++p)
-    vs.true_high[static_cast<int32_t>(p)] = r->broker.true_high[p];
-  vs.retention_ms = r->broker.retention_ms;
-  if (!gen.own_all) {
-    auto keep = [&](auto& m) {
-      for (auto i = m.begin(); i != m.end();)
-        i = gen.owned.count(i->first) > 0 ? std::next(i) : m.erase(i);
-    };
-    keep(vs.starts);
-    keep(vs.checkpoints);
-    keep(vs.epochs);
-    keep(vs.h0);
-    vs.owner_epochs = gen.claims();
-    keep(vs.owner_epochs);
-  }
+  auto vs = plan_for(*r, gen, parts);
   // Create the consumer with the explicit starts; it checks [low, high] itself.
   if (auto started = gen.log->start(vs.starts, vs.epochs); !started)
     return started.error();
-  // Identity must be unchanged between the inspection and the consumer's readiness.
-  auto again = broker->identity(cfg.topic);
-  if (!again)
-    return again.error();
-  if (auto err = identity_mismatch(vs.id, *again, "during startup"))
+  if (auto err = confirm(cfg, *broker, *store, *r, vs))
     return err;
-  // Meta is created only once everything above is proven, so a refused
-  // startup leaves nothing behind.
-  if (!r->validated.meta_present) {
-    auto created = store->create_meta(vs.id);
-    if (!created)
-      return created.error();
-    vs.meta_created = *created;
-  }
   gen.checkpoints = std::move(store);
   gen.broker = std::move(broker); // the identity fence's, from now on
+  return vs;
+}
+
+caf::expected<verified_start> verifier_state::extend(const projection_settings& cfg,
+                                                     generation& gen,
+                                                     const std::vector<int32_t>& added) {
+  if (!gen.log)
+    return caf::make_error(ec::unspecified, "extend: the generation has no consumer");
+  // An inspector and a store of its own: the generation's are in use by the
+  // identity fence and the writer, on other threads.
+  auto made_broker = gen.ports->make_inspector();
+  if (!made_broker)
+    return made_broker.error();
+  std::shared_ptr<broker_inspector> broker = std::move(*made_broker);
+  gen.track(broker);
+  auto made = gen.ports->make_checkpoint_store();
+  if (!made)
+    return made.error();
+  std::shared_ptr<checkpoint_store> store = std::move(*made);
+  gen.track(store);
+  std::set<int32_t> parts(added.begin(), added.end());
+  // Just given to this node: a first claim each, whatever an earlier
+  // ownership of theirs left in the generation's claims.
+  if (auto err = claim(cfg, gen, *store, parts, {}))
+    return err;
+  auto r = inspect_for(cfg, gen, *broker, *store, parts);
+  if (!r)
+    return r.error();
+  auto vs = plan_for(*r, gen, parts);
+  if (auto ok = gen.log->add(vs.starts, vs.epochs); !ok)
+    return ok.error();
+  if (auto err = confirm(cfg, *broker, *store, *r, vs))
+    return err;
   return vs;
 }
 
@@ -156,6 +253,12 @@ metadata_verifier(verifier_actor::stateful_pointer<verifier_state> self, project
   return {
     [=](atom::verify) -> caf::result<verified_start> {
       auto vs = self->state.run(cfg, *gen);
+      if (!vs)
+        return vs.error();
+      return std::move(*vs);
+    },
+    [=](atom::assign, const std::vector<int32_t>& added) -> caf::result<verified_start> {
+      auto vs = self->state.extend(cfg, *gen, added);
       if (!vs)
         return vs.error();
       return std::move(*vs);

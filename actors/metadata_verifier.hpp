@@ -14,7 +14,13 @@ namespace qsp {
 
 struct verifier_state {
   static inline const char* name = "metadata-verifier";
+  /// The whole startup sequence of a generation: every partition it owns.
   caf::expected<verified_start> run(const projection_settings& cfg, generation& gen);
+  /// DESIGN.md §12, "Decision — handover": the same verification for
+  /// partitions `added` to the running generation `gen`, whose consumer
+  /// then adds them (incremental assign); the answer holds only them.
+  caf::expected<verified_start> extend(const projection_settings& cfg, generation& gen,
+                                       const std::vector<int32_t>& added);
 };
 
 verifier_actor::behavior_type

@@ -20,6 +20,16 @@ int64_t aggregator_state::remaining() const {
   return n;
 }
 
+void aggregator_state::add(const verified_start& vs, time_point now) {
+  for (auto& [p, start] : vs.starts) {
+    auto h0 = vs.h0.find(p);
+    parts[p] = partition_status{p, start, h0 == vs.h0.end() ? start : h0->second, start};
+    // The start counts as progress: the age of a partition that never moves
+    // grows from here.
+    live[p] = liveness{now, now};
+  }
+}
+
 bool aggregator_state::advance(const checkpoint_advanced& cp, time_point now) {
   auto i = parts.find(cp.partition);
   if (i == parts.end() || cp.next_offset < i->second.next_offset)
@@ -50,13 +60,7 @@ readiness_aggregator(aggregator_actor::stateful_pointer<aggregator_state> self,
                      projection_settings cfg, verified_start vs, supervisor_actor supervisor,
                      log_ptr logs, std::shared_ptr<dispatch_log> log) {
   self->state.log = std::move(log);
-  auto now = self->clock().now();
-  for (auto& [p, start] : vs.starts) {
-    self->state.parts[p] = partition_status{p, start, vs.h0[p], start};
-    // The generation's start counts as progress: the age of a partition
-    // that never moves grows from here.
-    self->state.live[p] = aggregator_state::liveness{now, now};
-  }
+  self->state.add(vs, self->clock().now());
   auto announce_if_ready = [=] {
     if (!self->state.announced && self->state.ready()) {
       self->state.announced = true;
@@ -65,9 +69,34 @@ readiness_aggregator(aggregator_actor::stateful_pointer<aggregator_state> self,
   };
   announce_if_ready();
   self->state.remaining_at_tick = self->state.remaining();
-  if (!self->state.announced)
+  if (!self->state.announced) {
+    self->state.polling = true;
     self->delayed_send(self, cfg.progress_interval, atom::poll_v);
+  }
   return {
+    [=](atom::assign, const verified_start& added) {
+      auto& st = self->state;
+      st.add(added, self->clock().now());
+      if (st.announced && !st.ready()) {
+        // Catching up again, for the added partitions only: the progress
+        // log resumes, and `ready` is announced once more when they arrive.
+        st.announced = false;
+        st.remaining_at_tick = st.remaining();
+        if (!st.polling) {
+          st.polling = true;
+          self->delayed_send(self, cfg.progress_interval, atom::poll_v);
+        }
+      }
+      announce_if_ready();
+    },
+    [=](atom::revoke, const std::vector<int32_t>& gone) {
+      auto& st = self->state;
+      for (auto p : gone) {
+        st.parts.erase(p);
+        st.live.erase(p);
+      }
+      announce_if_ready();
+    },
     [=](atom::progress, const checkpoint_advanced& cp) {
       if (!self->state.advance(cp, self->clock().now()))
         logs->warn("partition {}: checkpoint {} reported out of order", cp.partition,
@@ -76,8 +105,10 @@ readiness_aggregator(aggregator_actor::stateful_pointer<aggregator_state> self,
     },
     [=](atom::poll) {
       // Catch-up progress: done / H0 per partition, overall %, rate, ETA.
-      if (self->state.announced)
+      if (self->state.announced) {
+        self->state.polling = false;
         return;
+      }
       auto& st = self->state;
       int64_t total = 0, left = st.remaining();
       std::string parts;

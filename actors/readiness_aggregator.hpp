@@ -19,6 +19,8 @@ struct aggregator_state {
   static inline const char* name = "readiness-aggregator";
   std::map<int32_t, partition_status> parts;
   bool announced = false;
+  /// The progress log's timer (atom::poll) is armed.
+  bool polling = false;
   int64_t remaining_at_tick = 0;
   /// Live progress per partition: when next_offset last advanced, and when
   /// the partition was last seen with nothing to do (next_offset at the
@@ -31,6 +33,8 @@ struct aggregator_state {
   /// The consumer's cached log ends (null in tests without one: H0 stands in).
   std::shared_ptr<dispatch_log> log;
   bool ready() const;
+  /// Adds the partitions of `vs` at their starts, with their H0.
+  void add(const verified_start& vs, time_point now);
   int64_t remaining() const;
   /// Records a checkpoint at `now`; returns false if it would move backwards.
   bool advance(const checkpoint_advanced& cp, time_point now = {});

@@ -249,6 +249,17 @@ caf::expected<bool> writer_state::send(const partition_batch& b,
   return true;
 }
 
+void writer_state::add(const verified_start& vs) {
+  // Partitions without a stored checkpoint start from "absent" (bootstrap).
+  for (auto& [p, start] : vs.starts) {
+    auto i = vs.checkpoints.find(p);
+    sent[p] = stored[p] = i != vs.checkpoints.end() ? i->second : -1;
+    revoking.erase(p);
+  }
+  for (auto& [p, e] : vs.owner_epochs)
+    owner_epochs[p] = e;
+}
+
 bool writer_state::busy(int32_t p) const {
   auto of_p = [p](const in_flight& f) { return f.partition == p; };
   return std::any_of(pending.begin(), pending.end(), of_p)
@@ -287,7 +298,7 @@ writer_state::checkpoint_fenced(uint64_t answered, caf::actor_clock::time_point 
     auto owner = owner_epochs.find(p);
     if (auto ok = gen->checkpoints->write_checkpoint(
           id, p, cur, cp.next_offset, epochs[p],
-          owner == owner_epochs.end() ? uint64_t{0} : owner->second);
+          owner == owner_epochs.end() ? uint64_t{0} : owner->second, gen->node);
         !ok)
       return ok.error();
     cur = cp.next_offset;
@@ -318,7 +329,40 @@ void writer_fail(writer_pointer self, const caf::error& err) {
   for (auto& [p, rp] : st.flushes)
     rp.deliver(err);
   st.flushes.clear();
+  for (auto& r : st.revokes)
+    r.rp.deliver(err);
+  st.revokes.clear();
   self->quit(err);
+}
+
+// Answers the revoke requests whose partitions have nothing in flight any
+// more: they are forgotten here and unassigned from the consumer.
+void answer_revokes(writer_pointer self) {
+  auto& st = self->state;
+  for (auto i = st.revokes.begin(); i != st.revokes.end();) {
+    auto& ps = i->partitions;
+    if (std::any_of(ps.begin(), ps.end(), [&](int32_t p) { return st.busy(p); })) {
+      ++i;
+      continue;
+    }
+    for (auto p : ps) {
+      st.sent.erase(p);
+      st.stored.erase(p);
+      st.owner_epochs.erase(p);
+      st.revoking.erase(p);
+    }
+    if (st.gen->log)
+      if (auto ok = st.gen->log->remove(ps); !ok) {
+        // The consumer is in an unknown state: end the generation.
+        auto rp = i->rp;
+        st.revokes.erase(i);
+        rp.deliver(ok.error());
+        writer_fail(self, ok.error());
+        return;
+      }
+    i->rp.deliver(caf::ok_atom_v);
+    i = st.revokes.erase(i);
+  }
 }
 
 // Answers the flush requests of partitions with nothing in flight.
@@ -347,6 +391,7 @@ void fence_passed(writer_pointer self, aggregator_actor aggregator, uint64_t k) 
   for (auto& cp : *cps)
     self->send(aggregator, atom::progress_v, cp);
   answer_flushes(self);
+  answer_revokes(self);
 }
 
 // Makes sure the newest batch in `fenced` gets a check that started after it
@@ -382,16 +427,29 @@ redis_writer(writer_actor::stateful_pointer<writer_state> self, projection_setti
   auto& st = self->state;
   st.gen = std::move(gen);
   st.id = vs.id;
-  st.owner_epochs = vs.owner_epochs;
   st.stats = std::move(stats);
-  // Partitions without a stored checkpoint start from "absent" (bootstrap).
-  for (auto& [p, start] : vs.starts) {
-    auto i = vs.checkpoints.find(p);
-    st.sent[p] = st.stored[p] = i != vs.checkpoints.end() ? i->second : -1;
-  }
+  st.add(vs);
   return {
+    [=](atom::assign, const verified_start& added) { self->state.add(added); },
+    [=](atom::revoke, const std::vector<int32_t>& parts) -> caf::result<caf::ok_atom> {
+      auto& st = self->state;
+      for (auto p : parts)
+        if (st.sent.count(p) > 0)
+          st.revoking.insert(p);
+      auto rp = self->make_response_promise<caf::ok_atom>();
+      st.revokes.push_back(writer_state::revoke_request{parts, rp});
+      answer_revokes(self);
+      return rp;
+    },
     [=](atom::write, const partition_batch& b) -> caf::result<checkpoint_advanced> {
       auto& st = self->state;
+      // A batch its consumer sent before it was stopped for a revoke: not
+      // projected, no checkpoint (the next owner starts from the checkpoint).
+      if (!st.takes(b.partition))
+        return caf::make_error(ec::shutting_down,
+                               "partition " + std::to_string(b.partition)
+                                 + " is not (any more) this writer's: batch up to offset "
+                                 + std::to_string(b.end_offset) + " dropped");
       auto queued = st.send(b, self->clock().now());
       if (!queued) {
         writer_fail(self, queued.error());

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <deque>
 #include <map>
+#include <set>
 #include <string_view>
 #include <vector>
 #include "actors/generation.hpp"
@@ -89,6 +90,19 @@ struct writer_state {
   std::deque<in_flight> fenced;
   /// flush requests per partition, answered once it has nothing in flight.
   std::multimap<int32_t, caf::typed_response_promise<int64_t>> flushes;
+  /// DESIGN.md §12, "Decision — handover": partitions being revoked (no new
+  /// batch of theirs is taken), with the requests answered once none of
+  /// theirs is in flight; then they are forgotten and unassigned.
+  struct revoke_request {
+    std::vector<int32_t> partitions;
+    caf::typed_response_promise<caf::ok_atom> rp;
+  };
+  std::set<int32_t> revoking;
+  std::vector<revoke_request> revokes;
+  /// Adds the partitions of `vs` (their stored checkpoints and owner epochs).
+  void add(const verified_start& vs);
+  /// True if batches of `p` are taken: an owned partition not being revoked.
+  bool takes(int32_t p) const { return sent.count(p) > 0 && revoking.count(p) == 0; }
   /// True if a batch of `p` is pending or waits for the fence.
   bool busy(int32_t p) const;
   /// Coalesces a batch into one update per user (max score per member).

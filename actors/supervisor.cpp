@@ -7,6 +7,7 @@
 // watching them, and answers once every one is down and every I/O resource
 // of the projection (Redis connections, librdkafka handles) is released.
 #include <algorithm>
+#include <utility>
 #include <optional>
 #include <unistd.h>
 #include <random>
@@ -58,7 +59,7 @@ projection_status snapshot(const supervisor_state& st) {
   s.true_high = st.true_high;
   s.ownership = to_string(st.cfg.ownership);
   s.node = st.node;
-  s.owned.assign(st.owned.begin(), st.owned.end());
+  s.owned.assign(st.own.owned().begin(), st.own.owned().end());
   s.namespace_ready = st.cfg.clustered() ? st.namespace_ready : st.ready;
   s.cluster = st.cluster;
   return s;
@@ -116,9 +117,10 @@ void stop_children(supervisor_pointer self, caf::error reason = caf::exit_reason
   kill(st.fence);
   kill(st.writer);
   kill(st.reader);
-  for (auto& c : st.consumers)
+  for (auto& [p, c] : st.consumers)
     kill(c);
   st.consumers.clear();
+  st.extending.clear();
   st.children.clear();
   st.life->children.clear();
   if (st.life->gen) {
@@ -138,13 +140,11 @@ caf::error on_fenced(supervisor_pointer self, int32_t p, const std::string& why)
     return caf::make_error(ec::refused,
                            why + " (projection.ownership = all, but the namespace has owner "
                                  "records: a cluster projects it; docs/CLUSTER.md)");
-  if (st.cfg.ownership == ownership_mode::static_set)
+  if (st.own.moved_away(p))
     return caf::make_error(ec::refused, why + " (projection.ownership = static: is partition "
                                           + std::to_string(p)
                                           + " in projection.partitions of two nodes?)");
   st.logs->warn("partition {}: fenced, another node owns it now; giving it up: {}", p, why);
-  st.owned.erase(p);
-  st.owner_epochs.erase(p);
   st.h0.erase(p);
   return caf::none;
 }
@@ -152,6 +152,9 @@ caf::error on_fenced(supervisor_pointer self, int32_t p, const std::string& why)
 void fail(supervisor_pointer self, caf::error err) {
   auto& st = self->state;
   stop_children(self);
+  // Outdates the generation's answers still on their way (a verification
+  // that answers after this must not start consumers under a refusal).
+  ++st.generation;
   if (auto p = fenced_partition(err))
     if (auto refused = on_fenced(self, *p, describe(err)))
       err = refused;
@@ -177,6 +180,14 @@ void fail(supervisor_pointer self, caf::error err) {
     for (auto& rp : st.assigns)
       rp.deliver(err);
     st.assigns.clear();
+    // A regeneration in progress ends here: the down messages of its
+    // children must not start another generation (that would quietly
+    // undo the refusal).  Its revokes are answered: nothing of it runs.
+    st.regenerating = false;
+    st.queued_adds.clear();
+    for (auto& rp : st.revokes)
+      rp.deliver(caf::ok_atom_v);
+    st.revokes.clear();
     transition(self, "refused", "operator action needed");
     return;
   }
@@ -195,13 +206,28 @@ void fail(supervisor_pointer self, caf::error err) {
   self->delayed_send(self, caf::timespan{wait}, atom::restart_v, st.generation);
 }
 
+// One consumer per partition of `vs`, reading from its explicit start.
+bool spawn_consumers(supervisor_pointer self, const verified_start& vs, generation& gen) {
+  auto& st = self->state;
+  for (auto& [p, start] : vs.starts) {
+    auto reader = gen.log->reader(p);
+    if (!reader) {
+      fail(self, caf::make_error(ec::kafka_read, "no reader for partition " + std::to_string(p)));
+      return false;
+    }
+    auto c = self->spawn(partition_consumer, st.cfg, p, start, reader, st.decoder, st.writer);
+    adopt(self, c);
+    st.consumers[p] = c;
+  }
+  return true;
+}
+
 void on_verified(supervisor_pointer self, verified_start vs, std::shared_ptr<generation> gen) {
   auto& st = self->state;
   st.true_high = vs.true_high;
   st.h0 = vs.h0;
   for (auto& [p, e] : vs.owner_epochs)
-    if (st.owned.count(p) > 0)
-      st.owner_epochs[p] = e;
+    st.own.claimed(p, e);
   // The partitions asked for are claimed, verified and consuming.
   for (auto& rp : st.assigns)
     rp.deliver(caf::ok_atom_v);
@@ -226,16 +252,8 @@ void on_verified(supervisor_pointer self, verified_start vs, std::shared_ptr<gen
   adopt(self, st.writer);
   st.reader = spawn_io(session_reader, gen);
   adopt(self, st.reader);
-  for (auto& [p, start] : vs.starts) {
-    auto reader = gen->log->reader(p);
-    if (!reader) {
-      fail(self, caf::make_error(ec::kafka_read, "no reader for partition " + std::to_string(p)));
-      return;
-    }
-    auto c = self->spawn(partition_consumer, st.cfg, p, start, reader, st.decoder, st.writer);
-    adopt(self, c);
-    st.consumers.push_back(c);
-  }
+  if (!spawn_consumers(self, vs, *gen))
+    return;
   if (st.state == "verifying")
     transition(self, "catching-up", "");
 }
@@ -248,8 +266,8 @@ void start_generation(supervisor_pointer self) {
   gen->ports = st.ports;
   gen->logs = st.logs;
   gen->own_all = !st.cfg.clustered();
-  gen->owned = st.owned;
-  gen->set_claims(st.owner_epochs);
+  gen->owned = st.own.owned();
+  gen->set_claims(st.own.epochs());
   gen->node = st.node;
   st.life->gen = gen;
   st.verifier = st.opts.detached_io ? self->spawn<caf::detached>(metadata_verifier, st.cfg, gen)
@@ -268,8 +286,7 @@ void start_generation(supervisor_pointer self) {
           return;
         // Claims made before the failure stand: this node still owns them.
         for (auto& [p, e] : gen->claims())
-          if (st.owned.count(p) > 0)
-            st.owner_epochs[p] = e;
+          st.own.claimed(p, e);
         fail(self, err);
       });
 }
@@ -279,6 +296,8 @@ void start_generation(supervisor_pointer self) {
 void finish_regeneration(supervisor_pointer self) {
   auto& st = self->state;
   st.regenerating = false;
+  if (st.state == "refused" || st.stopping)
+    return;
   // Nothing of the old generation runs any more: no checkpoint of a revoked
   // partition can follow (and a late one would be fenced anyway).
   for (auto& rp : st.revokes)
@@ -307,14 +326,115 @@ void regenerate(supervisor_pointer self) {
   // Claims the ending generation made stand, for the partitions still owned.
   if (st.life->gen)
     for (auto& [p, e] : st.life->gen->claims())
-      if (st.owned.count(p) > 0)
-        st.owner_epochs[p] = e;
+      st.own.claimed(p, e);
+  // Queued additions are part of the new generation's set already.
+  st.queued_adds.clear();
   ++st.generation; // outdates a pending verification and backoff timer
   stop_children(self, caf::exit_reason::user_shutdown, true);
   // Not ready for the new ownership until its generation says so.
   transition(self, "verifying", "ownership changed");
   if (st.dying.empty())
     finish_regeneration(self);
+}
+
+// -- incremental ownership changes (DESIGN.md §12, "Decision — handover") ------
+
+// The generation runs (verified, its children up) and no regeneration is
+// pending: an ownership change can touch only the partitions that move.
+bool running(const supervisor_state& st) {
+  return st.writer && st.verifier && st.aggregator && !st.regenerating && !st.stopping
+         && (st.state == "catching-up" || st.state == "ready");
+}
+
+void on_extended(supervisor_pointer self, verified_start vs, std::shared_ptr<generation> gen);
+
+// Verifies `added` (claims, the full §4 checks) and adds them to the running
+// generation's consumer; one addition at a time, later ones queue.  The
+// partitions kept go on as they are.
+void extend(supervisor_pointer self, std::vector<int32_t> added) {
+  auto& st = self->state;
+  if (!st.extending.empty()) {
+    st.queued_adds.insert(st.queued_adds.end(), added.begin(), added.end());
+    return;
+  }
+  st.extending = added;
+  // This node is not ready until the added partitions reach their H0; the
+  // ones it keeps publish their own (ready) state meanwhile.
+  transition(self, "catching-up",
+             "partitions " + core::format_partition_list(added) + " added; the others go on");
+  auto gen = st.life->gen;
+  auto id = st.generation;
+  self->request(st.verifier, caf::infinite, atom::assign_v, std::move(added))
+    .then(
+      [=](verified_start& vs) {
+        // A failure or refusal meanwhile ended the generation (its answer
+        // may already have been queued): nothing is added to it.
+        auto& st = self->state;
+        if (st.generation == id && !st.stopping && st.writer && !st.extending.empty())
+          on_extended(self, std::move(vs), gen);
+      },
+      [=](caf::error& err) {
+        auto& st = self->state;
+        if (st.generation != id || st.stopping || !st.writer)
+          return;
+        for (auto& [p, e] : gen->claims())
+          st.own.claimed(p, e);
+        fail(self, err);
+      });
+}
+
+void on_extended(supervisor_pointer self, verified_start vs, std::shared_ptr<generation> gen) {
+  auto& st = self->state;
+  st.extending.clear();
+  for (auto& [p, e] : vs.owner_epochs)
+    st.own.claimed(p, e);
+  for (auto& [p, h] : vs.h0)
+    st.h0[p] = h;
+  for (auto& [p, h] : vs.true_high)
+    st.true_high[p] = h;
+  for (auto& [p, start] : vs.starts)
+    st.logs->info("partition {}: start {} H0 {}", p, start, vs.h0[p]);
+  // Both hear of the partitions before any batch of them exists: the
+  // consumers spawned below send only after these are in the mailboxes.
+  self->send(st.aggregator, atom::assign_v, vs);
+  self->send(st.writer, atom::assign_v, vs);
+  if (!spawn_consumers(self, vs, *gen))
+    return;
+  if (!st.queued_adds.empty()) {
+    extend(self, std::exchange(st.queued_adds, {}));
+    return;
+  }
+  for (auto& rp : st.assigns)
+    rp.deliver(caf::ok_atom_v);
+  st.assigns.clear();
+}
+
+// Stops the consumers of `dropped` and lets the writer finish what they
+// sent (confirmed and checkpointed, or failed with no checkpoint): only then
+// is `rp` answered and the partitions handed on.  The others go on.
+void shrink(supervisor_pointer self, const std::vector<int32_t>& dropped,
+            caf::typed_response_promise<caf::ok_atom> rp) {
+  auto& st = self->state;
+  for (auto p : dropped) {
+    auto c = st.consumers.find(p);
+    if (c == st.consumers.end())
+      continue;
+    auto addr = c->second.address();
+    self->demonitor(addr);
+    st.children.erase(addr);
+    auto& kids = st.life->children;
+    kids.erase(std::remove_if(kids.begin(), kids.end(),
+                              [&](const caf::actor& a) { return a.address() == addr; }),
+               kids.end());
+    self->send_exit(c->second, caf::exit_reason::user_shutdown);
+    st.consumers.erase(c);
+  }
+  self->send(st.aggregator, atom::revoke_v, dropped);
+  // The writer may fail meanwhile: then nothing of these partitions is
+  // written any more either, and the revoke is answered all the same.
+  self->request(st.writer, caf::infinite, atom::revoke_v, dropped)
+    .then([=](caf::ok_atom) mutable { rp.deliver(caf::ok_atom_v); },
+          [=](caf::error&) mutable { rp.deliver(caf::ok_atom_v); });
 }
 
 std::vector<owned_status> published(const supervisor_state& st,
@@ -324,18 +444,19 @@ std::vector<owned_status> published(const supervisor_state& st,
     progress[ps.partition] = &ps;
   bool running = st.state == "catching-up" || st.state == "ready";
   std::vector<owned_status> out;
-  for (auto p : st.owned) {
-    auto e = st.owner_epochs.find(p);
-    if (e == st.owner_epochs.end())
-      continue; // not claimed yet: nothing to publish
+  // Only claimed partitions: nothing to publish before the claim.
+  for (auto& [p, epoch] : st.own.epochs()) {
     owned_status o;
     o.partition = p;
-    o.epoch = e->second;
+    o.epoch = epoch;
     o.state = st.state;
     if (auto i = progress.find(p); running && i != progress.end()) {
       o.h0 = i->second->h0;
       o.next_offset = i->second->next_offset;
       o.caught_up = o.next_offset >= o.h0;
+      // Each partition's own state while the generation runs: one added
+      // to it catches up while the ones kept stay ready (DESIGN §12).
+      o.state = o.caught_up ? "ready" : "catching-up";
     }
     out.push_back(o);
   }
@@ -356,16 +477,33 @@ std::string namespace_held(const supervisor_state& st) {
 void on_report(supervisor_pointer self, const cluster_report& rep) {
   auto& st = self->state;
   bool refresh = false;
-  for (auto p : rep.fenced) {
-    if (st.owned.count(p) == 0)
+  for (auto& f : rep.fenced) {
+    auto p = f.partition;
+    // A report about a claim this node no longer holds (revoked, or
+    // re-claimed since the heartbeat started) says nothing about the
+    // current one.
+    auto verdict = st.own.judge_report(p, f.epoch, f.state == "fenced");
+    if (verdict == core::ownership::report::stale)
       continue;
-    auto why = "partition " + std::to_string(p) + ": the owner record names another node or a "
-               "newer epoch than " + std::to_string(st.owner_epochs[p]);
+    std::string record = "there is no owner record";
     for (auto& c : rep.view)
       if (c.partition == p && !c.owner.empty())
-        why = "partition " + std::to_string(p) + ": the owner record names node \"" + c.owner
-              + "\" with epoch " + std::to_string(c.epoch) + " (this node \"" + st.node
-              + "\" holds epoch " + std::to_string(st.owner_epochs[p]) + ")";
+        record = "the owner record names node \"" + c.owner + "\" with epoch "
+                 + std::to_string(c.epoch);
+    auto why = "partition " + std::to_string(p) + ": " + record + " (this node \"" + st.node
+               + "\" holds epoch " + std::to_string(f.epoch) + ")";
+    if (verdict == core::ownership::report::lost) {
+      // Only a running generation writes under the claim; a verification
+      // (or the restart after a failure) re-claims anyway.
+      if (!st.writer)
+        continue;
+      // Redis lost the claim (a failover to a lagging replica, a restore):
+      // transient, the next verification re-claims (DESIGN §12).
+      fail(self, caf::make_error(ec::checkpoint_conflict,
+                                 why + ": the ownership claim was lost (rolled back by Redis); "
+                                       "re-claiming"));
+      return;
+    }
     // Counted like a fenced checkpoint write (qsp_failures_total{kind="fenced"}).
     st.failures[to_string(ec::fenced)] += 1;
     st.stats->failures[static_cast<uint8_t>(ec::fenced)] += 1;
@@ -514,7 +652,7 @@ void begin_shutdown(supervisor_pointer self) {
     // This node's statuses go first: its partitions are not ready from now
     // on, whatever their next owner says.  The member quits after that.
     std::vector<owned_status> gone;
-    for (auto& [p, e] : st.owner_epochs)
+    for (auto& [p, e] : st.own.epochs())
       gone.push_back(owned_status{p, e, "stopped", -1, -1, false});
     st.dying.insert(st.member.address());
     auto member = st.member;
@@ -613,13 +751,15 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
       std::snprintf(host, sizeof(host), "node");
     st.node = std::string{host} + "-" + std::to_string(getpid());
   }
+  st.own = core::ownership{st.cfg.clustered(), st.cfg.ownership == ownership_mode::all
+                                                  || st.cfg.ownership == ownership_mode::static_set};
   switch (st.cfg.ownership) {
     case ownership_mode::all:
       for (int32_t p = 0; p < st.cfg.partition_count; ++p)
-        st.owned.insert(p);
+        st.own.assign({p});
       break;
     case ownership_mode::static_set:
-      st.owned.insert(st.cfg.partitions.begin(), st.cfg.partitions.end());
+      st.own.assign(st.cfg.partitions);
       break;
     case ownership_mode::group:
     case ownership_mode::host:
@@ -627,9 +767,11 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
   }
   if (st.cfg.clustered()) {
     st.logs->info("ownership {}, node {}{}", to_string(st.cfg.ownership), st.node,
-                  st.owned.empty() ? std::string{}
-                                   : ", partitions " + core::format_partition_list(std::vector<int32_t>(
-                                                         st.owned.begin(), st.owned.end())));
+                  st.own.owned().empty()
+                    ? std::string{}
+                    : ", partitions "
+                        + core::format_partition_list(std::vector<int32_t>(
+                          st.own.owned().begin(), st.own.owned().end())));
     st.member_io = std::make_shared<qsp::generation>();
     st.member = st.opts.detached_io ? self->spawn<caf::detached>(cluster_member, st.cfg, st.node,
                                                                  st.ports, st.member_io)
@@ -727,7 +869,7 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
       if (self->state.state == "catching-up") {
         self->state.attempt = 0;
         transition(self, "ready",
-                   self->state.cfg.clustered() && self->state.owned.empty()
+                   self->state.cfg.clustered() && self->state.own.owned().empty()
                      ? "owns no partition (yet); the gate follows the namespace"
                      : "every partition reached its start target H0");
       }
@@ -756,16 +898,16 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
         return caf::make_error(ec::shutting_down, "the projection is stopping");
       if (st.state == "refused")
         return caf::make_error(ec::refused, st.last_error);
-      std::vector<int32_t> added;
-      for (auto p : parts)
-        if (st.owned.insert(p).second)
-          added.push_back(p);
+      auto added = st.own.assign(parts);
       if (added.empty())
         return caf::ok_atom_v;
       st.logs->info("assigned partitions {}", core::format_partition_list(added));
       auto rp = self->make_response_promise<caf::ok_atom>();
       st.assigns.push_back(rp);
-      regenerate(self);
+      if (running(st))
+        extend(self, std::move(added));
+      else
+        regenerate(self);
       return rp;
     },
     [=](atom::revoke, const std::vector<int32_t>& parts) -> caf::result<caf::ok_atom> {
@@ -774,25 +916,31 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
         return caf::make_error(ec::invalid_config,
                                std::string{"revoke: projection.ownership is "}
                                  + to_string(st.cfg.ownership) + ", not host");
-      std::vector<owned_status> gone;
-      std::vector<int32_t> dropped;
-      for (auto p : parts) {
-        if (st.owned.erase(p) == 0)
-          continue;
-        dropped.push_back(p);
-        if (auto e = st.owner_epochs.find(p); e != st.owner_epochs.end()) {
-          gone.push_back(owned_status{p, e->second, "revoked", -1, -1, false});
-          st.owner_epochs.erase(e);
-        }
-        st.h0.erase(p);
-      }
+      auto released = st.own.revoke(parts);
+      auto& dropped = released.dropped;
       if (dropped.empty() || st.stopping)
         return caf::ok_atom_v;
+      std::vector<owned_status> gone;
+      for (auto& [p, e] : released.claims)
+        gone.push_back(owned_status{p, e, "revoked", -1, -1, false});
+      for (auto p : dropped)
+        st.h0.erase(p);
       st.logs->info("revoked partitions {}", core::format_partition_list(dropped));
       if (st.member && !gone.empty())
         self->request(st.member, caf::infinite, atom::revoke_v, std::move(gone))
           .then([](caf::ok_atom) {}, [](caf::error&) {});
+      auto is_dropped = [&](int32_t p) {
+        return std::find(dropped.begin(), dropped.end(), p) != dropped.end();
+      };
+      // Not yet added: never started, nothing to stop.
+      st.queued_adds.erase(
+        std::remove_if(st.queued_adds.begin(), st.queued_adds.end(), is_dropped),
+        st.queued_adds.end());
       auto rp = self->make_response_promise<caf::ok_atom>();
+      if (running(st) && std::none_of(st.extending.begin(), st.extending.end(), is_dropped)) {
+        shrink(self, dropped, rp);
+        return rp;
+      }
       st.revokes.push_back(rp);
       regenerate(self);
       return rp;

@@ -12,6 +12,7 @@
 
 #include "actors/generation.hpp"
 #include "actors/projection.hpp"
+#include "core/ownership.hpp"
 #include "caf/stateful_actor.hpp"
 #include "caf/typed_event_based_actor.hpp"
 #include "caf/typed_response_promise.hpp"
@@ -50,16 +51,20 @@ struct supervisor_state {
   fence_actor fence;
   writer_actor writer;
   reader_actor reader;
-  std::vector<consumer_actor> consumers;
+  /// The running generation's consumers, by partition.
+  std::map<int32_t, consumer_actor> consumers;
 
   // -- ownership (DESIGN.md §12) -------------------------------------------
   std::string node;
-  /// The partitions this node owns: every one with ownership = all.
-  std::set<int32_t> owned;
-  /// Their ownership epochs, once claimed (clustered modes).
-  std::map<int32_t, uint64_t> owner_epochs;
+  /// The partitions this node owns (every one with ownership = all) and the
+  /// epochs of its claims: the rules live in core::ownership.
+  core::ownership own{false, true};
   /// The H0 of each partition of the running generation.
   std::map<int32_t, int64_t> h0;
+  /// DESIGN.md §12, "Decision — handover": the partitions whose addition to
+  /// the running generation is being verified, and the next ones to add.
+  std::vector<int32_t> extending;
+  std::vector<int32_t> queued_adds;
   /// The generation is stopping for an ownership change; the next starts
   /// once every child of it is down (they are in `dying`).
   bool regenerating = false;

@@ -37,6 +37,32 @@ partition_readiness judge(const owner_record& owner, const status_record& status
   return r;
 }
 
+owner_check check_owner(const owner_record& stored, const std::string& node, uint64_t mine) {
+  bool present = stored.present && stored.epoch > 0;
+  if (mine == 0)
+    return present ? owner_check::fenced : owner_check::ok;
+  if (present && stored.node == node && stored.epoch == mine)
+    return owner_check::ok;
+  if (present && stored.node != node && stored.epoch >= mine)
+    return owner_check::fenced;
+  return owner_check::lost;
+}
+
+claim_decision decide_claim(const owner_record& stored, const std::string& node, uint64_t mine) {
+  uint64_t seen = stored.present ? stored.epoch : 0;
+  if (mine == 0)
+    return {claim_verdict::claim, seen + 1};
+  switch (check_owner(stored, node, mine)) {
+    case owner_check::ok:
+      return {claim_verdict::keep, mine};
+    case owner_check::fenced:
+      return {claim_verdict::fenced, seen};
+    case owner_check::lost:
+      break;
+  }
+  return {claim_verdict::claim, std::max(seen, mine) + 1};
+}
+
 namespace {
 
 std::optional<int32_t> number(const std::string& s) {

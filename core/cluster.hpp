@@ -40,6 +40,32 @@ struct partition_readiness {
 /// when it got the partition and is not dirty.
 partition_readiness judge(const owner_record& owner, const status_record& status);
 
+/// DESIGN.md §12: what the owner record says to the holder of a claim
+/// (`node`, `mine`; `mine` 0: a writer outside any cluster, ownership = all).
+///   ok:     it names this node with this epoch (mine 0: there is none);
+///   fenced: it names another node with an equal or newer epoch: the
+///           partition moved (mine 0: any record, a cluster owns it);
+///   lost:   it is absent, names this node with another epoch, or another
+///           node with an older epoch: Redis lost the claim (a failover to a
+///           lagging replica, a restore).  Transient: dirty, then re-claim.
+enum class owner_check { ok, fenced, lost };
+owner_check check_owner(const owner_record& stored, const std::string& node, uint64_t mine);
+
+/// DESIGN.md §12, "Decision — re-claim": what a verification does with the
+/// owner record of a partition this node owns.
+enum class claim_verdict { keep, claim, fenced };
+struct claim_decision {
+  claim_verdict verdict = claim_verdict::claim;
+  /// keep: this node's epoch; claim: the new epoch (larger than any seen);
+  /// fenced: the stored epoch.
+  uint64_t epoch = 0;
+};
+/// `mine` 0 (this node holds no claim on it yet: it was just given the
+/// partition) always claims, with the stored epoch + 1.  Otherwise: keep an
+/// intact claim, re-claim a lost one with max(stored, mine) + 1, and never
+/// take a partition that moved.
+claim_decision decide_claim(const owner_record& stored, const std::string& node, uint64_t mine);
+
 /// "0-5,9" -> {0,1,2,3,4,5,9}: sorted, distinct, each in [0, partition_count).
 /// nullopt and `error` set on anything else ("" or a reversed range too).
 std::optional<std::vector<int32_t>> parse_partition_list(const std::string& text,

@@ -32,7 +32,10 @@ namespace qsp {
 /// broker identity afterwards.  Answers an ec::refused-family error on any
 /// mismatch, a transient error when a dependency is unreachable.
 using verifier_actor = caf::typed_actor<
-  caf::replies_to<atom::verify>::with<verified_start>>;
+  caf::replies_to<atom::verify>::with<verified_start>,
+  /// DESIGN.md §12, "Decision — handover": verifies partitions added to the
+  /// running generation (claims, §4 checks) and adds them to its consumer.
+  caf::replies_to<atom::assign, std::vector<int32_t>>::with<verified_start>>;
 
 /// Projects batches: coalesced, pipelined ZADD GT for every recipient, sent
 /// while earlier batches still await their replies.  Answers a batch once
@@ -45,10 +48,17 @@ using verifier_actor = caf::typed_actor<
 /// `flush` answers a partition's stored checkpoint once every batch of it
 /// received so far is checkpointed (a consumer stopping at an undecodable
 /// record leaves the checkpoint exactly before it).
+/// DESIGN.md §12, "Decision — handover": `assign` adds partitions (their
+/// checkpoints and owner epochs) to the running writer; `revoke` refuses
+/// further batches of partitions and answers once none of theirs is in
+/// flight any more (confirmed and checkpointed, or failed with no
+/// checkpoint), after their consumer fetches stopped.
 using writer_actor = caf::typed_actor<
   caf::replies_to<atom::write, partition_batch>::with<checkpoint_advanced>,
   caf::replies_to<atom::flush, int32_t>::with<int64_t>,
-  caf::reacts_to<atom::poll>>;
+  caf::reacts_to<atom::poll>,
+  caf::reacts_to<atom::assign, verified_start>,
+  caf::replies_to<atom::revoke, std::vector<int32_t>>::with<caf::ok_atom>>;
 
 /// The run-time identity fence (DESIGN.md §4): re-checks cluster id, topic
 /// id and partition count every identity-check-interval, and on request.
@@ -76,11 +86,15 @@ using consumer_actor = caf::typed_actor<
   caf::reacts_to<atom::wake>>;  ///< records arrived (the reader's data callback)
 
 /// Compares every partition's checkpoint with this start's H0 and tells the
-/// supervisor once when all have reached it.  H0 never moves.
+/// supervisor once when all have reached it.  H0 never moves.  `assign`
+/// adds partitions with their own H0 (the supervisor hears `ready` again
+/// once they reached it too); `revoke` forgets partitions.
 using aggregator_actor = caf::typed_actor<
   caf::reacts_to<atom::progress, checkpoint_advanced>,
   caf::reacts_to<atom::poll>,
-  caf::replies_to<atom::status>::with<std::vector<partition_status>>>;
+  caf::replies_to<atom::status>::with<std::vector<partition_status>>,
+  caf::reacts_to<atom::assign, verified_start>,
+  caf::reacts_to<atom::revoke, std::vector<int32_t>>>;
 
 /// The cluster heartbeat (clustered ownership modes, DESIGN.md §12), on a
 /// Redis connection of its own that outlives generations: `heartbeat`

@@ -77,10 +77,12 @@ struct owned_status {
   bool caught_up = false;
 };
 
-/// One cluster heartbeat's outcome: the partitions found fenced while
-/// publishing, and the namespace's view (or why there is none).
+/// One cluster heartbeat's outcome: the statuses it could not publish, each
+/// with the epoch it tried and, as its state, "fenced" (another node owns
+/// the partition) or "lost" (the claim is gone from Redis); and the
+/// namespace's view (or why there is none).
 struct cluster_report {
-  std::vector<int32_t> fenced;
+  std::vector<owned_status> fenced;
   std::vector<cluster_partition> view;
   std::string error;  ///< "" when the view was read
 };

@@ -73,20 +73,29 @@ public:
   /// and the stored next_offset equals `expected` (-1: the key must be absent).
   /// A mismatch is ec::checkpoint_conflict.  In the same atomic step the
   /// partition's leader-epoch sidecar gets {next_offset, leader_epoch}
-  /// (-1: unknown).  Fencing (DESIGN.md §12): if the partition's owner
-  /// record holds an epoch newer than `owner_epoch`, nothing is written and
-  /// the answer is ec::fenced (0: a writer outside any cluster, fenced by
-  /// any owner record).
+  /// (-1: unknown).  Fencing (DESIGN.md §12, core::check_owner): the
+  /// partition's owner record must name `owner_node` with `owner_epoch`
+  /// (owner_epoch 0: a writer outside any cluster, which requires that there
+  /// is none).  If it names another node with an equal or newer epoch,
+  /// nothing is written and the answer is ec::fenced (make_fenced: the
+  /// partition moved); if it is absent or rolled back, ec::checkpoint_conflict
+  /// (transient: the next verification re-claims).
   virtual caf::expected<void> write_checkpoint(const core::identity& id,
                                                int32_t partition, int64_t expected,
                                                int64_t next_offset,
                                                int32_t leader_epoch = -1,
-                                               uint64_t owner_epoch = 0) = 0;
-  /// Claims `partition` of `topic` for `node` (DESIGN.md §12): the owner
-  /// record's epoch grows by one, atomically, and the new epoch is returned.
-  /// From then on every checkpoint write with an older epoch is fenced.
+                                               uint64_t owner_epoch = 0,
+                                               const std::string& owner_node = {}) = 0;
+  /// Claims `partition` of `topic` for `node` (DESIGN.md §12, "Decision —
+  /// re-claim", core::decide_claim), reading and writing the owner record in
+  /// one atomic step.  `mine` is the epoch of this node's claim (0: none
+  /// yet).  Answers the epoch this node holds afterwards: `mine` where the
+  /// record still names it with that epoch, else a new one larger than any
+  /// seen.  ec::fenced (make_fenced) where the record names another node
+  /// with an equal or newer epoch than `mine` > 0: the partition moved.
   virtual caf::expected<uint64_t> claim(const std::string& topic, int32_t partition,
-                                        const std::string& node, int64_t now_ms) = 0;
+                                        const std::string& node, int64_t now_ms,
+                                        uint64_t mine = 0) = 0;
   /// Callable from any thread: a call blocked in I/O on this store returns
   /// promptly with an error, and so does every later call.
   virtual void interrupt() {}
@@ -231,8 +240,10 @@ public:
   virtual ~cluster_store() = default;
   /// Writes each status with a TTL of `ttl` and refreshes the owner record's
   /// heartbeat, where the owner record still names `node` at that epoch;
-  /// answers the partitions where it does not (fenced: nothing written).
-  virtual caf::expected<std::vector<int32_t>>
+  /// answers the statuses where it does not (nothing written for them), with
+  /// `state` set to what the record says (core::check_owner): "fenced" (the
+  /// partition moved) or "lost" (the claim is gone: rolled back, deleted).
+  virtual caf::expected<std::vector<owned_status>>
   publish(const std::string& topic, const std::string& node,
           const std::vector<owned_status>& statuses, std::chrono::milliseconds ttl,
           int64_t now_ms) = 0;

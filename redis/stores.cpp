@@ -52,18 +52,33 @@ return 'created'
 /// never for the whole keyspace).
 constexpr const char* scan_count = "1000";
 
+// DESIGN.md §12, core::check_owner in Lua: what the owner record KEYS-key
+// says to the holder of (node, mine): 'ok', 'fenced' (another node with an
+// equal or newer epoch: the partition moved; mine 0: any record) or 'lost'
+// (absent, or rolled back: transient), and the record's node and epoch.
+#define QSP_OWNER_CHECK_LUA \
+  "local function owner_check(key, node, mine)\n" \
+  "  local o = redis.call('HMGET', key, 'node', 'epoch')\n" \
+  "  local e = tonumber(o[2]) or 0\n" \
+  "  if mine == 0 then if e > 0 then return 'fenced', o end return 'ok', o end\n" \
+  "  if e > 0 and o[1] == node and e == mine then return 'ok', o end\n" \
+  "  if e > 0 and o[1] ~= node and e >= mine then return 'fenced', o end\n" \
+  "  return 'lost', o\n" \
+  "end\n"
+
 // The guarded checkpoint write (DESIGN.md §4): identity fields of meta and of
 // the checkpoint must match, and the stored next_offset must equal what this
 // writer last wrote (ARGV[1], or '' for "absent").  Answers 'ok' or
 // '<key>|<field>|<stored value>' naming the first mismatch.  With the
 // checkpoint, the leader-epoch sidecar KEYS[3] gets {next_offset,
 // leader_epoch = ARGV[9]}: both or neither.  Fencing (DESIGN.md §12): the
-// owner record KEYS[4] must not hold an epoch newer than ARGV[10]; then the
-// answer is 'owner|epoch|<stored epoch>|<stored node>'.
-constexpr const char* guarded_write_script = R"lua(
-local owner = redis.call('HGET', KEYS[4], 'epoch')
-if owner and tonumber(owner) > tonumber(ARGV[10]) then
-  return 'owner|epoch|' .. owner .. '|' .. (redis.call('HGET', KEYS[4], 'node') or '')
+// owner record KEYS[4] must name this node ARGV[11] with its epoch ARGV[10]
+// (ARGV[10] 0: there must be none); else the answer is
+// 'owner|<fenced or lost>|<stored epoch>|<stored node>'.
+constexpr const char* guarded_write_script = QSP_OWNER_CHECK_LUA R"lua(
+local verdict, o = owner_check(KEYS[4], ARGV[11], tonumber(ARGV[10]))
+if verdict ~= 'ok' then
+  return 'owner|' .. verdict .. '|' .. (o[2] or '') .. '|' .. (o[1] or '')
 end
 local id = {'format_version', ARGV[3], 'dispatch_topic', ARGV[4], 'partition_count', ARGV[5],
             'cluster_id', ARGV[6], 'topic_id', ARGV[7]}
@@ -325,7 +340,8 @@ caf::expected<void> redis_checkpoint_store::write_checkpoint(const core::identit
                                                              int32_t partition, int64_t expected,
                                                              int64_t next_offset,
                                                              int32_t leader_epoch,
-                                                             uint64_t owner_epoch) {
+                                                             uint64_t owner_epoch,
+                                                             const std::string& owner_node) {
   auto& ns = conn_->config().ns;
   auto r = conn_->command({"EVAL", guarded_write_script, "4", meta_key(ns),
                            checkpoint_key(ns, id.topic, partition),
@@ -335,23 +351,34 @@ caf::expected<void> redis_checkpoint_store::write_checkpoint(const core::identit
                            id.topic, core::to_decimal(id.partition_count), id.cluster_id,
                            id.topic_id, core::to_decimal(partition),
                            leader_epoch < 0 ? std::string{"-1"} : core::to_decimal(leader_epoch),
-                           std::to_string(owner_epoch)});
+                           std::to_string(owner_epoch), owner_node});
   if (!r)
     return r.error();
   auto res = str(r->get());
   if (res == "ok")
     return wait_replicas();
-  if (res.rfind("owner|epoch|", 0) == 0) {
-    auto rest = res.substr(12);
-    auto bar = rest.find('|');
-    return make_fenced(partition,
-                           "partition " + std::to_string(partition) + ": field epoch of "
-                             + owner_key(ns, id.topic, partition) + ": stored \""
-                             + rest.substr(0, bar) + "\" (node \""
-                             + (bar == std::string::npos ? "" : rest.substr(bar + 1))
-                             + "\"), this writer's \"" + std::to_string(owner_epoch)
-                             + "\": another node owns the partition now; checkpoint "
-                             + core::to_decimal(next_offset) + " not written");
+  if (res.rfind("owner|", 0) == 0) {
+    // 'owner|<fenced or lost>|<stored epoch>|<stored node>'
+    auto rest = res.substr(6);
+    auto b1 = rest.find('|');
+    auto verdict = rest.substr(0, b1);
+    rest = b1 == std::string::npos ? std::string{} : rest.substr(b1 + 1);
+    auto b2 = rest.find('|');
+    auto epoch = rest.substr(0, b2);
+    auto node = b2 == std::string::npos ? std::string{} : rest.substr(b2 + 1);
+    auto stored = epoch.empty() ? std::string{"no owner record"}
+                                : "node \"" + node + "\" epoch " + epoch;
+    auto text = "partition " + std::to_string(partition) + ": " + owner_key(ns, id.topic, partition)
+                + " holds " + stored + ", this writer is node \"" + owner_node + "\" epoch "
+                + std::to_string(owner_epoch);
+    if (verdict == "fenced")
+      return make_fenced(partition, text + ": another node owns the partition now; checkpoint "
+                                      + core::to_decimal(next_offset) + " not written");
+    return caf::make_error(ec::checkpoint_conflict,
+                           text + ": the ownership claim was lost (a Redis failover or restore "
+                                  "rolled it back); checkpoint "
+                             + core::to_decimal(next_offset)
+                             + " not written, the next verification re-claims");
   }
   // '<key>|<field>|<stored>': someone else advanced, rolled back or rewrote it.
   auto a = res.find('|'), b = res.rfind('|');
@@ -373,27 +400,38 @@ caf::expected<void> redis_checkpoint_store::write_checkpoint(const core::identit
 
 namespace {
 
-// A claim: the owner record's epoch grows by one and names the claimant.
-constexpr const char* claim_script = R"lua(
-local e = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
-redis.call('HSET', KEYS[1], 'node', ARGV[1], 'heartbeat_ms', ARGV[2])
-return e
+// A claim (core::decide_claim): ARGV node, now_ms, this node's epoch (0:
+// none).  Keeps an intact claim (refreshes its heartbeat), answers
+// {stored epoch, stored node} for a partition that moved, else writes a new
+// epoch above every one seen and answers it.
+constexpr const char* claim_script = QSP_OWNER_CHECK_LUA R"lua(
+local node, now, mine = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local verdict, o = owner_check(KEYS[1], node, mine)
+local seen = tonumber(o[2]) or 0
+if mine > 0 and verdict == 'ok' then
+  redis.call('HSET', KEYS[1], 'heartbeat_ms', now)
+  return mine
+end
+if mine > 0 and verdict == 'fenced' then return {seen, o[1] or ''} end
+local e = string.format('%d', math.max(seen, mine) + 1)
+redis.call('HSET', KEYS[1], 'epoch', e, 'node', node, 'heartbeat_ms', now)
+return tonumber(e)
 )lua";
 
 // Per partition i, KEYS[2i-1] the owner record and KEYS[2i] the status; ARGV:
 // node, ttl_ms, now_ms, then five per partition (epoch, state, h0,
 // next_offset, caught_up).  Writes the status (with its TTL) and the owner's
 // heartbeat only where the owner record still names this node at this epoch;
-// answers the 1-based indexes where it does not.
-constexpr const char* publish_script = R"lua(
+// answers {i, 'fenced' or 'lost'} (i 1-based) for each where it does not.
+constexpr const char* publish_script = QSP_OWNER_CHECK_LUA R"lua(
 local node, ttl, now = ARGV[1], ARGV[2], ARGV[3]
 local fenced = {}
 for i = 1, #KEYS / 2 do
   local a = 3 + (i - 1) * 5
   local epoch = ARGV[a + 1]
-  local o = redis.call('HMGET', KEYS[2 * i - 1], 'node', 'epoch')
-  if o[1] ~= node or o[2] ~= epoch then
-    fenced[#fenced + 1] = i
+  local verdict = owner_check(KEYS[2 * i - 1], node, tonumber(epoch))
+  if verdict ~= 'ok' then
+    fenced[#fenced + 1] = {i, verdict}
   else
     redis.call('HSET', KEYS[2 * i - 1], 'heartbeat_ms', now)
     redis.call('HSET', KEYS[2 * i], 'node', node, 'epoch', epoch, 'state', ARGV[a + 2],
@@ -441,12 +479,21 @@ std::string field_or(const core::hash_fields& f, const char* name) {
 } // namespace
 
 caf::expected<uint64_t> redis_checkpoint_store::claim(const std::string& topic, int32_t partition,
-                                                      const std::string& node, int64_t now_ms) {
+                                                      const std::string& node, int64_t now_ms,
+                                                      uint64_t mine) {
   auto& ns = conn_->config().ns;
   auto r = conn_->command({"EVAL", claim_script, "1", owner_key(ns, topic, partition), node,
-                           std::to_string(now_ms)});
+                           std::to_string(now_ms), std::to_string(mine)});
   if (!r)
     return r.error();
+  if ((*r)->type == REDIS_REPLY_ARRAY && (*r)->elements == 2
+      && (*r)->element[0]->type == REDIS_REPLY_INTEGER)
+    return make_fenced(partition, "partition " + std::to_string(partition) + ": "
+                                    + owner_key(ns, topic, partition) + " names node \""
+                                    + str((*r)->element[1]) + "\" with epoch "
+                                    + std::to_string((*r)->element[0]->integer) + " (this node \""
+                                    + node + "\" held epoch " + std::to_string(mine)
+                                    + "): the partition moved to another node");
   if ((*r)->type != REDIS_REPLY_INTEGER || (*r)->integer <= 0)
     return unexpected_reply(*conn_, "the ownership claim script");
   return static_cast<uint64_t>((*r)->integer);
@@ -462,11 +509,11 @@ redis_cluster_store::open(const settings& cfg) {
 
 void redis_cluster_store::interrupt() { conn_->interrupt(); }
 
-caf::expected<std::vector<int32_t>>
+caf::expected<std::vector<owned_status>>
 redis_cluster_store::publish(const std::string& topic, const std::string& node,
                              const std::vector<owned_status>& statuses,
                              std::chrono::milliseconds ttl, int64_t now_ms) {
-  std::vector<int32_t> fenced;
+  std::vector<owned_status> fenced;
   if (statuses.empty())
     return fenced;
   auto& ns = conn_->config().ns;
@@ -492,11 +539,14 @@ redis_cluster_store::publish(const std::string& topic, const std::string& node,
   if (rep->type != REDIS_REPLY_ARRAY)
     return unexpected_reply(*conn_, "the cluster status script");
   for (size_t i = 0; i < rep->elements; ++i) {
-    auto idx = rep->element[i]->integer;
-    if (rep->element[i]->type != REDIS_REPLY_INTEGER || idx < 1
-        || static_cast<size_t>(idx) > statuses.size())
+    auto* e = rep->element[i];
+    if (e->type != REDIS_REPLY_ARRAY || e->elements != 2
+        || e->element[0]->type != REDIS_REPLY_INTEGER || e->element[0]->integer < 1
+        || static_cast<size_t>(e->element[0]->integer) > statuses.size())
       return unexpected_reply(*conn_, "the cluster status script");
-    fenced.push_back(statuses[static_cast<size_t>(idx - 1)].partition);
+    auto f = statuses[static_cast<size_t>(e->element[0]->integer - 1)];
+    f.state = str(e->element[1]) == "fenced" ? "fenced" : "lost";
+    fenced.push_back(std::move(f));
   }
   return fenced;
 }

@@ -35,9 +35,11 @@ public:
   caf::expected<void> write_checkpoint(const core::identity& id, int32_t partition,
                                        int64_t expected, int64_t next_offset,
                                        int32_t leader_epoch = -1,
-                                       uint64_t owner_epoch = 0) override;
+                                       uint64_t owner_epoch = 0,
+                                       const std::string& owner_node = {}) override;
   caf::expected<uint64_t> claim(const std::string& topic, int32_t partition,
-                                const std::string& node, int64_t now_ms) override;
+                                const std::string& node, int64_t now_ms,
+                                uint64_t mine = 0) override;
   void interrupt() override;
 
 private:
@@ -51,10 +53,11 @@ class redis_cluster_store final : public cluster_store {
 public:
   static caf::expected<std::unique_ptr<redis_cluster_store>> open(const settings& cfg);
 
-  caf::expected<std::vector<int32_t>> publish(const std::string& topic, const std::string& node,
-                                              const std::vector<owned_status>& statuses,
-                                              std::chrono::milliseconds ttl,
-                                              int64_t now_ms) override;
+  caf::expected<std::vector<owned_status>> publish(const std::string& topic,
+                                                  const std::string& node,
+                                                  const std::vector<owned_status>& statuses,
+                                                  std::chrono::milliseconds ttl,
+                                                  int64_t now_ms) override;
   caf::expected<void> release(const std::string& topic, const std::string& node,
                               const std::map<int32_t, uint64_t>& partitions) override;
   caf::expected<std::vector<cluster_partition>> view(const std::string& topic,

@@ -125,6 +125,12 @@ struct projection_fixture : test_coordinator_fixture<test_config> {
     // The identity fence answers each checkpoint's request at once; the
     // fence tests set a gap (and the periodic interval) themselves.
     settings.identity_check_min_gap = 0ms;
+    // Status TTLs run on the test clock.
+    world->now_ms = [this] {
+      return std::chrono::duration_cast<std::chrono::milliseconds>(
+               sched.clock().now().time_since_epoch())
+        .count();
+    };
   }
 
   ~projection_fixture() override {
@@ -134,6 +140,8 @@ struct projection_fixture : test_coordinator_fixture<test_config> {
       sched.run();
     }
     // The base destructor's run() now only fires stale timers of dead actors.
+    std::lock_guard<std::recursive_mutex> g{world->mtx};
+    world->now_ms = nullptr;
   }
 
   // -- setup ---------------------------------------------------------------------
@@ -435,8 +443,14 @@ struct projection_fixture : test_coordinator_fixture<test_config> {
       auto& e = world->events[events_seen_];
       switch (e.what) {
         case fake_event::kind::assigned:
-          polled_.clear();
-          verified_.clear();
+          // A whole new assignment (-1), or one partition added to it.
+          if (e.partition < 0) {
+            polled_.clear();
+            verified_.clear();
+          } else {
+            polled_.erase(e.partition);
+            verified_.erase(e.partition);
+          }
           break;
         case fake_event::kind::fetched:
           polled_[e.partition] = std::max(polled_[e.partition], e.offset);

@@ -356,25 +356,77 @@ caf::expected<bool> fake_checkpoint_store::create_meta(const core::identity& id)
   return true;
 }
 
+std::string fake_world::owner_key(int32_t p) const {
+  return ns + ":owner:" + topic + ":" + std::to_string(p);
+}
+
+core::owner_record fake_world::owner(int32_t p) const {
+  lock g{mtx};
+  core::owner_record o;
+  auto i = hashes.find(owner_key(p));
+  if (i == hashes.end())
+    return o;
+  o.present = true;
+  if (auto n = i->second.find("node"); n != i->second.end())
+    o.node = n->second;
+  if (auto e = i->second.find("epoch"); e != i->second.end())
+    o.epoch = std::stoull(e->second);
+  if (auto h = i->second.find("heartbeat_ms"); h != i->second.end())
+    o.heartbeat_ms = std::stoll(h->second);
+  return o;
+}
+
+void fake_world::expire_statuses() {
+  if (!now_ms)
+    return;
+  auto now = now_ms();
+  for (auto i = expires_at.begin(); i != expires_at.end();) {
+    if (i->second <= now) {
+      hashes.erase(i->first);
+      i = expires_at.erase(i);
+    } else {
+      ++i;
+    }
+  }
+}
+
 caf::expected<uint64_t> fake_checkpoint_store::claim(const std::string& topic, int32_t partition,
-                                                     const std::string& node, int64_t now_ms) {
+                                                     const std::string& node, int64_t now_ms,
+                                                     uint64_t mine) {
   lock g{w_->mtx};
   ++w_->calls.claims;
   if (w_->redis_frozen)
     return frozen("ownership claim script");
-  auto& h = w_->hashes[w_->ns + ":owner:" + topic + ":" + std::to_string(partition)];
-  auto epoch = (h.count("epoch") > 0 ? std::stoull(h["epoch"]) : 0) + 1;
-  h["epoch"] = std::to_string(epoch);
-  h["node"] = node;
+  // The claim script of redis/stores.cpp: core::decide_claim, atomically.
+  auto key = w_->ns + ":owner:" + topic + ":" + std::to_string(partition);
+  core::owner_record stored;
+  if (auto i = w_->hashes.find(key); i != w_->hashes.end()) {
+    stored.present = true;
+    stored.node = i->second["node"];
+    stored.epoch = i->second.count("epoch") > 0 ? std::stoull(i->second["epoch"]) : 0;
+  }
+  auto d = core::decide_claim(stored, node, mine);
+  if (d.verdict == core::claim_verdict::fenced)
+    return make_fenced(partition, "partition " + std::to_string(partition) + ": " + key
+                                    + " names node \"" + stored.node + "\" with epoch "
+                                    + std::to_string(stored.epoch) + " (this node \"" + node
+                                    + "\" held epoch " + std::to_string(mine)
+                                    + "): the partition moved to another node");
+  auto& h = w_->hashes[key];
+  if (d.verdict == core::claim_verdict::claim) {
+    h["epoch"] = std::to_string(d.epoch);
+    h["node"] = node;
+  }
   h["heartbeat_ms"] = std::to_string(now_ms);
-  return epoch;
+  return d.epoch;
 }
 
 caf::expected<void> fake_checkpoint_store::write_checkpoint(const core::identity& id,
                                                             int32_t partition, int64_t expected,
                                                             int64_t next_offset,
                                                             int32_t leader_epoch,
-                                                            uint64_t owner_epoch) {
+                                                            uint64_t owner_epoch,
+                                                            const std::string& owner_node) {
   lock g{w_->mtx};
   ++w_->calls.write_checkpoint;
   if (w_->write_fault.fire())
@@ -383,15 +435,32 @@ caf::expected<void> fake_checkpoint_store::write_checkpoint(const core::identity
     return frozen("guarded checkpoint write");
   if (w_->before_checkpoint_write)
     w_->before_checkpoint_write(partition, next_offset);
-  // The fence of the Lua script: no owner record with a newer epoch.
-  if (auto o = w_->hashes.find(w_->ns + ":owner:" + id.topic + ":" + std::to_string(partition));
-      o != w_->hashes.end() && o->second.count("epoch") > 0
-      && std::stoull(o->second.at("epoch")) > owner_epoch) {
-    ++w_->calls.fenced;
-    return make_fenced(partition, "partition " + std::to_string(partition)
-                                         + ": field epoch: stored \"" + o->second.at("epoch")
-                                         + "\", this writer's \"" + std::to_string(owner_epoch)
-                                         + "\": another node owns the partition now");
+  // The fence of the Lua script (core::check_owner): the owner record names
+  // this writer's node and epoch (none for epoch 0).
+  {
+    core::owner_record o;
+    if (auto i = w_->hashes.find(w_->ns + ":owner:" + id.topic + ":" + std::to_string(partition));
+        i != w_->hashes.end()) {
+      o.present = true;
+      o.node = i->second["node"];
+      o.epoch = i->second.count("epoch") > 0 ? std::stoull(i->second["epoch"]) : 0;
+    }
+    auto text = "partition " + std::to_string(partition) + ": the owner record holds "
+                + (o.present ? "node \"" + o.node + "\" epoch " + std::to_string(o.epoch)
+                             : std::string{"nothing"})
+                + ", this writer is node \"" + owner_node + "\" epoch "
+                + std::to_string(owner_epoch);
+    switch (core::check_owner(o, owner_node, owner_epoch)) {
+      case core::owner_check::ok:
+        break;
+      case core::owner_check::fenced:
+        ++w_->calls.fenced;
+        return make_fenced(partition, text + ": another node owns the partition now");
+      case core::owner_check::lost:
+        ++w_->calls.lost;
+        return caf::make_error(ec::checkpoint_conflict,
+                               text + ": the ownership claim was lost (rolled back)");
+    }
   }
   // The Lua script of redis/stores.cpp, step by step.
   auto meta_key = w_->meta_key();
@@ -656,29 +725,71 @@ void fake_partition_reader::fire() {
   }
 }
 
+caf::error fake_dispatch_log::check_start(int32_t p, int64_t start) const {
+  if (p < 0 || p >= w_->partition_count())
+    return caf::make_error(ec::kafka_unavailable,
+                           "fake: topic " + w_->topic + " has no partition " + std::to_string(p));
+  // Like rd_kafka_query_watermark_offsets under read_committed: the LSO as high.
+  auto low = w_->part(p).low, high = w_->part(p).lso();
+  if (start < low || start > high)
+    return caf::make_error(ec::refused, "partition " + std::to_string(p)
+                                          + ": field start: stored \"" + std::to_string(start)
+                                          + "\", observed \"low=" + std::to_string(low)
+                                          + ",high=" + std::to_string(high)
+                                          + "\": start outside the retained range");
+  return caf::none;
+}
+
 caf::expected<void> fake_dispatch_log::start(const std::map<int32_t, int64_t>& starts,
                                              const std::map<int32_t, int32_t>& epochs) {
   lock g{w_->mtx};
   ++w_->calls.start;
   if (w_->start_fault.fire())
     return failure(w_->start_fault, ec::kafka_unavailable, "query watermarks");
-  for (auto& [p, start] : starts) {
-    if (p < 0 || p >= w_->partition_count())
-      return caf::make_error(ec::kafka_unavailable,
-                             "fake: topic " + w_->topic + " has no partition " + std::to_string(p));
-    // Like rd_kafka_query_watermark_offsets under read_committed: the LSO as high.
-    auto low = w_->part(p).low, high = w_->part(p).lso();
-    if (start < low || start > high)
-      return caf::make_error(ec::refused, "partition " + std::to_string(p)
-                                            + ": field start: stored \"" + std::to_string(start)
-                                            + "\", observed \"low=" + std::to_string(low)
-                                            + ",high=" + std::to_string(high)
-                                            + "\": start outside the retained range");
-  }
+  for (auto& [p, start] : starts)
+    if (auto err = check_start(p, start))
+      return err;
   starts_ = starts;
   epochs_ = epochs;
   readers_.clear();
-  w_->events.push_back(fake_event{fake_event::kind::assigned, -1, 0});
+  // Per partition: several nodes may share the world, and another node's
+  // start says nothing about this node's partitions.
+  for (auto& [p, start] : starts)
+    w_->events.push_back(fake_event{fake_event::kind::assigned, p, start});
+  return caf::unit;
+}
+
+caf::expected<void> fake_dispatch_log::add(const std::map<int32_t, int64_t>& starts,
+                                           const std::map<int32_t, int32_t>& epochs) {
+  lock g{w_->mtx};
+  ++w_->calls.adds;
+  if (w_->start_fault.fire())
+    return failure(w_->start_fault, ec::kafka_unavailable, "query watermarks");
+  for (auto& [p, start] : starts) {
+    if (starts_.count(p) > 0)
+      return caf::make_error(ec::kafka_read, "fake: partition " + std::to_string(p)
+                                               + " is already assigned");
+    if (auto err = check_start(p, start))
+      return err;
+  }
+  for (auto& [p, start] : starts) {
+    starts_[p] = start;
+    readers_.erase(p);
+    if (auto e = epochs.find(p); e != epochs.end())
+      epochs_[p] = e->second;
+    w_->events.push_back(fake_event{fake_event::kind::assigned, p, start});
+  }
+  return caf::unit;
+}
+
+caf::expected<void> fake_dispatch_log::remove(const std::vector<int32_t>& partitions) {
+  lock g{w_->mtx};
+  ++w_->calls.removes;
+  for (auto p : partitions) {
+    starts_.erase(p);
+    epochs_.erase(p);
+    readers_.erase(p);
+  }
   return caf::unit;
 }
 
@@ -741,23 +852,36 @@ caf::expected<std::unique_ptr<cluster_store>> fake_port_factory::make_cluster_st
   return std::unique_ptr<cluster_store>{std::make_unique<fake_cluster_store>(w_)};
 }
 
-caf::expected<std::vector<int32_t>>
+caf::expected<std::vector<owned_status>>
 fake_cluster_store::publish(const std::string& topic, const std::string& node,
-                            const std::vector<owned_status>& statuses, std::chrono::milliseconds,
-                            int64_t now_ms) {
+                            const std::vector<owned_status>& statuses,
+                            std::chrono::milliseconds ttl, int64_t now_ms) {
   lock g{w_->mtx};
   ++w_->calls.publishes;
   if (w_->redis_frozen)
     return frozen("cluster status script");
-  std::vector<int32_t> fenced;
+  if (w_->before_publish)
+    w_->before_publish(statuses);
+  w_->expire_statuses();
+  std::vector<owned_status> fenced;
   for (auto& s : statuses) {
     auto suffix = topic + ":" + std::to_string(s.partition);
-    auto& o = w_->hashes[w_->ns + ":owner:" + suffix];
-    if (o["node"] != node || o["epoch"] != std::to_string(s.epoch)) {
-      fenced.push_back(s.partition);
+    core::owner_record rec;
+    if (auto i = w_->hashes.find(w_->ns + ":owner:" + suffix); i != w_->hashes.end()) {
+      rec.present = true;
+      rec.node = i->second["node"];
+      rec.epoch = i->second.count("epoch") > 0 ? std::stoull(i->second["epoch"]) : 0;
+    }
+    if (auto c = core::check_owner(rec, node, s.epoch); c != core::owner_check::ok) {
+      auto f = s;
+      f.state = c == core::owner_check::fenced ? "fenced" : "lost";
+      fenced.push_back(std::move(f));
       continue;
     }
+    auto& o = w_->hashes[w_->ns + ":owner:" + suffix];
     o["heartbeat_ms"] = std::to_string(now_ms);
+    if (w_->now_ms)
+      w_->expires_at[w_->ns + ":status:" + suffix] = w_->now_ms() + ttl.count();
     w_->hashes[w_->ns + ":status:" + suffix] = core::hash_fields{
       {"node", node},
       {"epoch", std::to_string(s.epoch)},
@@ -775,6 +899,7 @@ caf::expected<void> fake_cluster_store::release(const std::string& topic, const 
   lock g{w_->mtx};
   if (w_->redis_frozen)
     return frozen("cluster release script");
+  w_->expire_statuses();
   for (auto& [p, e] : partitions) {
     auto key = w_->ns + ":status:" + topic + ":" + std::to_string(p);
     auto i = w_->hashes.find(key);
@@ -790,6 +915,7 @@ fake_cluster_store::view(const std::string& topic, int32_t partition_count) {
   lock g{w_->mtx};
   if (w_->redis_frozen)
     return frozen("cluster view script");
+  w_->expire_statuses();
   std::vector<cluster_partition> out;
   auto num = [](const core::hash_fields& h, const char* f, int64_t d) {
     auto i = h.find(f);

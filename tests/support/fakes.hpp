@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "core/checkpoint.hpp"
+#include "core/cluster.hpp"
 #include "core/dispatch.hpp"
 #include "messages/types.hpp"
 #include "ports/ports.hpp"
@@ -106,8 +107,11 @@ struct call_counts {
   uint64_t create_meta = 0;
   uint64_t write_checkpoint = 0;
   uint64_t checkpoint_conflicts = 0;
-  uint64_t fenced = 0;        ///< checkpoint writes refused by a newer owner epoch
+  uint64_t fenced = 0;        ///< checkpoint writes refused: another node owns the partition
+  uint64_t lost = 0;          ///< checkpoint writes refused: the owner record was rolled back
   uint64_t claims = 0;
+  uint64_t adds = 0;     ///< dispatch_log::add (incremental assignments)
+  uint64_t removes = 0;  ///< dispatch_log::remove
   uint64_t publishes = 0;
   uint64_t apply = 0;
   uint64_t zadd_members = 0;  ///< members sent in successful (or partial) ZADDs
@@ -221,6 +225,10 @@ struct fake_world {
   /// Before a guarded write (after the fault checks): a test may claim the
   /// partition for another node here, so this very write is fenced.
   std::function<void(int32_t partition, int64_t next_offset)> before_checkpoint_write;
+  /// At the start of a cluster store's publish, with the statuses it is about
+  /// to publish (a test may change owner records here: what the node's
+  /// claims meanwhile became).
+  std::function<void(const std::vector<owned_status>&)> before_publish;
   /// After a successful guarded write.
   std::function<void(int32_t partition, int64_t next_offset)> on_checkpoint_written;
   /// Before an apply (after the fault checks), with a copy of the updates.
@@ -279,6 +287,16 @@ struct fake_world {
   /// Every fake_event, in order (the fixture checks the identity fence on it).
   std::vector<fake_event> events;
 
+  /// The clock of status TTLs (ms; the fixture's test clock); none: statuses
+  /// never expire.  Expiry times by status key.
+  std::function<int64_t()> now_ms;
+  std::map<std::string, int64_t> expires_at;
+  /// Drops the statuses whose TTL ran out (called by the cluster store).
+  void expire_statuses();
+  /// The owner record of `p` as core::owner_record (absent: present false).
+  core::owner_record owner(int32_t p) const;
+  std::string owner_key(int32_t p) const;
+
   /// Readers whose data callback fires on appends (see fake_partition_reader).
   std::vector<std::weak_ptr<class fake_partition_reader>> readers;
   /// Fires the data callback of every live reader of `p` (under the lock).
@@ -312,9 +330,11 @@ public:
   caf::expected<void> write_checkpoint(const core::identity& id, int32_t partition,
                                        int64_t expected, int64_t next_offset,
                                        int32_t leader_epoch = -1,
-                                       uint64_t owner_epoch = 0) override;
+                                       uint64_t owner_epoch = 0,
+                                       const std::string& owner_node = {}) override;
   caf::expected<uint64_t> claim(const std::string& topic, int32_t partition,
-                                const std::string& node, int64_t now_ms) override;
+                                const std::string& node, int64_t now_ms,
+                                uint64_t mine = 0) override;
 
 private:
   std::shared_ptr<fake_world> w_;
@@ -362,6 +382,10 @@ public:
   explicit fake_dispatch_log(std::shared_ptr<fake_world> w) : w_(std::move(w)) {}
   caf::expected<void> start(const std::map<int32_t, int64_t>& starts,
                             const std::map<int32_t, int32_t>& epochs = {}) override;
+  /// Incremental assignment: the same checks per partition as start().
+  caf::expected<void> add(const std::map<int32_t, int64_t>& starts,
+                          const std::map<int32_t, int32_t>& epochs = {}) override;
+  caf::expected<void> remove(const std::vector<int32_t>& partitions) override;
   /// nullptr before start() or for a partition start() did not assign.
   std::shared_ptr<partition_reader> reader(int32_t partition) override;
   /// The high watermark (end of the log, open transactions included) of an
@@ -373,18 +397,21 @@ public:
   const std::map<int32_t, int32_t>& epochs() const { return epochs_; }
 
 private:
+  /// The [low, high] check of a start (the caller holds the lock).
+  caf::error check_start(int32_t p, int64_t start) const;
   std::shared_ptr<fake_world> w_;
   std::map<int32_t, int64_t> starts_;
   std::map<int32_t, int32_t> epochs_;
   std::map<int32_t, std::shared_ptr<fake_partition_reader>> readers_;
 };
 
-/// The cluster store over the world's hashes (status TTLs are not modelled:
-/// a status lives until released or overwritten).
+/// The cluster store over the world's hashes.  A status expires `ttl` after
+/// its publish on the world's clock (fake_world::now_ms; without one, it
+/// lives until released or overwritten).
 class fake_cluster_store final : public cluster_store {
 public:
   explicit fake_cluster_store(std::shared_ptr<fake_world> w) : w_(std::move(w)) {}
-  caf::expected<std::vector<int32_t>> publish(const std::string& topic, const std::string& node,
+  caf::expected<std::vector<owned_status>> publish(const std::string& topic, const std::string& node,
                                               const std::vector<owned_status>& statuses,
                                               std::chrono::milliseconds ttl,
                                               int64_t now_ms) override;
