@@ -604,12 +604,12 @@ TEST(RedisOwnership, ClaimsFenceOlderEpochsAndStatusesExpire) {
   auto unfenced = (*a)->write_checkpoint(id, 0, 10, 11);
   ASSERT_FALSE(unfenced);
   EXPECT_EQ(unfenced.error().code(), static_cast<uint8_t>(ec::fenced));
-  ASSERT_TRUE((*a)->write_checkpoint(id, 0, 10, 20, -1, *ea));
+  ASSERT_TRUE((*a)->write_checkpoint(id, 0, 10, 20, -1, *ea, "node-a"));
   // node-b takes over: node-a's next write is fenced and changes nothing.
   auto eb = (*b)->claim(topic, 0, "node-b", 2000);
   ASSERT_TRUE(eb);
   EXPECT_EQ(*eb, 2u);
-  auto stale = (*a)->write_checkpoint(id, 0, 20, 30, 5, *ea);
+  auto stale = (*a)->write_checkpoint(id, 0, 20, 30, 5, *ea, "node-a");
   ASSERT_FALSE(stale);
   EXPECT_EQ(stale.error().code(), static_cast<uint8_t>(ec::fenced));
   EXPECT_EQ(fenced_partition(stale.error()), std::optional<int32_t>{0});
@@ -620,7 +620,7 @@ TEST(RedisOwnership, ClaimsFenceOlderEpochsAndStatusesExpire) {
   EXPECT_EQ(test::redis_cmd(*c, {"HGET", redis::checkpoint_key(ns, topic, 0), "next_offset"}), "20");
   EXPECT_EQ(test::redis_cmd(*c, {"HLEN", redis::checkpoint_key(ns, topic, 0)}), "7");
   EXPECT_EQ(test::redis_cmd(*c, {"HGET", redis::owner_key(ns, topic, 0), "node"}), "node-b");
-  ASSERT_TRUE((*b)->write_checkpoint(id, 0, 20, 30, 5, *eb));
+  ASSERT_TRUE((*b)->write_checkpoint(id, 0, 20, 30, 5, *eb, "node-b"));
 
   auto ca = redis::redis_cluster_store::open(test::redis_settings(ns, "convs:"));
   auto cb = redis::redis_cluster_store::open(test::redis_settings(ns, "convs:"));
@@ -629,7 +629,10 @@ TEST(RedisOwnership, ClaimsFenceOlderEpochsAndStatusesExpire) {
   auto fenced = (*ca)->publish(topic, "node-a", {owned_status{0, *ea, "ready", 20, 20, true}},
                                std::chrono::milliseconds(60000), 3000);
   ASSERT_TRUE(fenced);
-  EXPECT_EQ(*fenced, std::vector<int32_t>{0});
+  ASSERT_EQ(fenced->size(), 1u);
+  EXPECT_EQ((*fenced)[0].partition, 0);
+  EXPECT_EQ((*fenced)[0].epoch, *ea);
+  EXPECT_EQ((*fenced)[0].state, "fenced");
   EXPECT_EQ(test::redis_cmd(*c, {"EXISTS", redis::status_key(ns, topic, 0)}), "0");
   auto ok = (*cb)->publish(topic, "node-b", {owned_status{0, *eb, "catching-up", 40, 30, false}},
                            std::chrono::milliseconds(60000), 3000);
@@ -662,4 +665,67 @@ TEST(RedisOwnership, ClaimsFenceOlderEpochsAndStatusesExpire) {
   auto ttl = std::stoll(test::redis_cmd(*c, {"PTTL", redis::status_key(ns, topic, 0)}));
   EXPECT_GT(ttl, 0);
   EXPECT_LE(ttl, 60000);
+}
+
+// DESIGN.md §12, "Decision — re-claim", in the Lua scripts: a claim Redis
+// lost (deleted, rolled back to an older record) is re-claimed above every
+// epoch seen and is never a fence; a guarded write or a publish under it is
+// refused as lost (checkpoint_conflict, transient), not as fenced; a
+// partition that moved is never re-claimed.
+TEST(RedisOwnership, ALostClaimIsReClaimedAndAMovedOneIsNot) {
+  auto ns = test::unique_name("ns");
+  auto topic = test::unique_name("t");
+  auto id = ident(topic);
+  auto a = redis::redis_checkpoint_store::open(test::redis_settings(ns, "convs:"));
+  ASSERT_TRUE(a);
+  ASSERT_EQ((*a)->create_meta(id), true);
+  auto c = test::redis_conn();
+  auto owner = redis::owner_key(ns, topic, 0);
+  auto ea = (*a)->claim(topic, 0, "node-a", 1000, 0);
+  ASSERT_TRUE(ea);
+  EXPECT_EQ(*ea, 1u);
+  // An intact claim is kept, not bumped.
+  auto kept = (*a)->claim(topic, 0, "node-a", 1100, *ea);
+  ASSERT_TRUE(kept);
+  EXPECT_EQ(*kept, 1u);
+  ASSERT_TRUE((*a)->write_checkpoint(id, 0, -1, 10, -1, 1, "node-a"));
+  // Deleted (a failover to a replica that never saw the claim).
+  test::redis_cmd(*c, {"DEL", owner});
+  auto lost = (*a)->write_checkpoint(id, 0, 10, 20, -1, 1, "node-a");
+  ASSERT_FALSE(lost);
+  EXPECT_EQ(lost.error().code(), static_cast<uint8_t>(ec::checkpoint_conflict));
+  EXPECT_NE(describe(lost.error()).find("no owner record"), std::string::npos)
+    << describe(lost.error());
+  auto cs = redis::redis_cluster_store::open(test::redis_settings(ns, "convs:"));
+  ASSERT_TRUE(cs);
+  auto pub = (*cs)->publish(topic, "node-a", {owned_status{0, 1, "ready", 10, 10, true}},
+                            std::chrono::milliseconds(60000), 1200);
+  ASSERT_TRUE(pub);
+  ASSERT_EQ(pub->size(), 1u);
+  EXPECT_EQ((*pub)[0].state, "lost");
+  auto again = (*a)->claim(topic, 0, "node-a", 1300, 1);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(*again, 2u); // above this node's 1, not a fresh 1
+  EXPECT_EQ(test::redis_cmd(*c, {"HGET", redis::checkpoint_key(ns, topic, 0), "next_offset"}), "10");
+  ASSERT_TRUE((*a)->write_checkpoint(id, 0, 10, 20, -1, 2, "node-a"));
+  // Rolled back to a former owner's older record: re-claimed above both.
+  test::redis_cmd(*c, {"HSET", owner, "node", "node-z", "epoch", "1"});
+  auto rolled = (*a)->write_checkpoint(id, 0, 20, 30, -1, 2, "node-a");
+  ASSERT_FALSE(rolled);
+  EXPECT_EQ(rolled.error().code(), static_cast<uint8_t>(ec::checkpoint_conflict));
+  auto third = (*a)->claim(topic, 0, "node-a", 1400, 2);
+  ASSERT_TRUE(third);
+  EXPECT_EQ(*third, 3u);
+  // Moved: another node with an equal or newer epoch.  Never re-claimed.
+  test::redis_cmd(*c, {"HSET", owner, "node", "node-b", "epoch", "3"});
+  auto moved = (*a)->claim(topic, 0, "node-a", 1500, 3);
+  ASSERT_FALSE(moved);
+  EXPECT_EQ(moved.error().code(), static_cast<uint8_t>(ec::fenced));
+  EXPECT_EQ(fenced_partition(moved.error()), std::optional<int32_t>{0});
+  EXPECT_NE(describe(moved.error()).find("node-b"), std::string::npos) << describe(moved.error());
+  EXPECT_EQ(test::redis_cmd(*c, {"HGET", owner, "node"}), "node-b");
+  auto fenced = (*a)->write_checkpoint(id, 0, 20, 30, -1, 3, "node-a");
+  ASSERT_FALSE(fenced);
+  EXPECT_EQ(fenced.error().code(), static_cast<uint8_t>(ec::fenced));
+  EXPECT_EQ(test::redis_cmd(*c, {"HGET", redis::checkpoint_key(ns, topic, 0), "next_offset"}), "20");
 }
