@@ -1,5 +1,6 @@
 #include "actors/generation.hpp"
 
+#include <algorithm>
 
 #include "caf/event_based_actor.hpp"
 
@@ -8,14 +9,15 @@ namespace qsp {
 // -- generation ---------------------------------------------------------------
 
 void generation::abort() {
-  std::vector<std::function<void()>> hooks;
+  std::vector<hook> hooks;
   {
     std::lock_guard<std::mutex> g{mtx_};
     aborted_ = true;
     hooks = hooks_;
   }
+  // Outside the lock: an interrupt may take a store's own lock.
   for (auto& h : hooks)
-    h();
+    h.interrupt();
 }
 
 void generation::set_claims(std::map<int32_t, uint64_t> epochs) {
@@ -38,15 +40,25 @@ bool generation::aborted() const {
   return aborted_;
 }
 
-void generation::add_hook(std::function<void()> hook) {
+size_t generation::hooks() const {
+  std::lock_guard<std::mutex> g{mtx_};
+  return hooks_.size();
+}
+
+void generation::add_hook(std::weak_ptr<const void> target, std::function<void()> interrupt) {
   {
     std::lock_guard<std::mutex> g{mtx_};
     if (!aborted_) {
-      hooks_.push_back(std::move(hook));
+      // Dead stores need no interrupt: drop their entries here, so the
+      // list never outgrows the stores alive at the last track().
+      hooks_.erase(std::remove_if(hooks_.begin(), hooks_.end(),
+                                  [](const hook& h) { return h.target.expired(); }),
+                   hooks_.end());
+      hooks_.push_back(hook{std::move(target), std::move(interrupt)});
       return;
     }
   }
-  hook();
+  interrupt();
 }
 
 } // namespace qsp

@@ -49,21 +49,35 @@ struct generation {
   void abort();
   bool aborted() const;
   /// Registers a store for abort() (interrupted at once if already aborted).
+  /// The generation holds it weakly: a store destroyed before abort() is
+  /// never interrupted, and its entry is dropped at the next track(), so an
+  /// actor that re-makes its store after every failure (the cluster
+  /// heartbeat, the session reader) keeps the entries bounded by its live
+  /// stores.  Thread-safe.
   template <class Store>
   void track(const std::shared_ptr<Store>& store) {
     std::weak_ptr<Store> weak = store;
-    add_hook([weak] {
+    add_hook(weak, [weak] {
       if (auto s = weak.lock())
         s->interrupt();
     });
   }
 
+  /// The registrations held now (for tests): one per store alive at the
+  /// last track(), plus that track()'s own; a store destroyed since still
+  /// counts until the next track() drops it.
+  size_t hooks() const;
+
 private:
-  void add_hook(std::function<void()> hook);
+  struct hook {
+    std::weak_ptr<const void> target; ///< expired: the entry is dropped
+    std::function<void()> interrupt;
+  };
+  void add_hook(std::weak_ptr<const void> target, std::function<void()> interrupt);
   mutable std::mutex mtx_;
   std::map<int32_t, uint64_t> claims_;
   bool aborted_ = false;
-  std::vector<std::function<void()>> hooks_;
+  std::vector<hook> hooks_;
 };
 
 } // namespace qsp

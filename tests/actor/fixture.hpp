@@ -16,8 +16,11 @@
 //   - readiness: while the latest status is "ready", every partition of `h0`
 //     (when a test sets it) has a checkpoint >= its H0;
 //   - the identity fence: no checkpoint is written past what the consumers
-//     had fetched before the last successful identity read (a check that
-//     started after the records were fetched), since the last assignment.
+//     had fetched when the last answered identity read *started* (a check
+//     that started after the records were fetched), since the last
+//     assignment.  A read takes time in the fakes (identity_start, then its
+//     answer; fake_world::during_identity runs in between), so a record
+//     fetched while a check ran is not covered by that check.
 // Violations are collected (a failed CAF_REQUIRE aborts the whole binary in
 // CAF 0.17) and reported as a failed check, with their text, when drive()
 // gives up or the fixture is destroyed.  Note: CAF 0.17 prints a failed
@@ -443,20 +446,37 @@ struct projection_fixture : test_coordinator_fixture<test_config> {
       auto& e = world->events[events_seen_];
       switch (e.what) {
         case fake_event::kind::assigned:
-          // A whole new assignment (-1), or one partition added to it.
+          // A whole new assignment (-1), or one partition added to it: a read
+          // begun before covers nothing of what was (re)assigned.
           if (e.partition < 0) {
             polled_.clear();
             verified_.clear();
+            reads_.clear();
           } else {
             polled_.erase(e.partition);
             verified_.erase(e.partition);
+            for (auto& [id, snap] : reads_)
+              snap.erase(e.partition);
           }
           break;
         case fake_event::kind::fetched:
           polled_[e.partition] = std::max(polled_[e.partition], e.offset);
           break;
+        case fake_event::kind::identity_start:
+          reads_[e.offset] = polled_;
+          break;
         case fake_event::kind::identity:
-          verified_ = polled_;
+          // The answer covers what was fetched when the read began, not
+          // what was fetched while it ran.  (Reads may overlap: each covers
+          // its own start, so keep the furthest.)
+          if (auto r = reads_.find(e.offset); r != reads_.end()) {
+            for (auto& [p, off] : r->second)
+              verified_[p] = std::max(verified_[p], off);
+            reads_.erase(r);
+          }
+          break;
+        case fake_event::kind::identity_failed:
+          reads_.erase(e.offset);
           break;
         case fake_event::kind::checkpoint: {
           auto i = verified_.find(e.partition);
@@ -485,6 +505,8 @@ struct projection_fixture : test_coordinator_fixture<test_config> {
 private:
   size_t events_seen_ = 0;
   std::map<int32_t, int64_t> polled_, verified_;
+  /// Identity reads under way (by number): what was fetched when each began.
+  std::map<int64_t, std::map<int32_t, int64_t>> reads_;
   std::map<std::pair<int32_t, int64_t>, std::optional<core::dispatch>> decode_cache_;
   size_t reported_ = 0;
 };

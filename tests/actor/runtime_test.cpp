@@ -41,7 +41,52 @@ struct fixture : projection_fixture {
     CAF_CHECK(world->checkpoints() == before);
     CAF_CHECK_EQUAL(state(), "refused");
   }
+
+  /// Runs the jobs runnable now from inside a port call: the deterministic
+  /// scheduler's stand-in for the actors that run on other threads while a
+  /// detached actor blocks in I/O.  Returns how many ran.
+  size_t run_nested() {
+    size_t n = 0;
+    for (; n < 100000 && violations.empty() && sched.try_run_once(); ++n)
+      check_invariants();
+    return n;
+  }
+
+  /// True if a reader of `p` reached `pos` while an identity read was under
+  /// way (between its identity_start and its end).
+  bool fetched_during_a_read(int32_t p, int64_t pos) {
+    std::lock_guard<std::recursive_mutex> g{world->mtx};
+    std::set<int64_t> open;
+    for (auto& e : world->events) {
+      switch (e.what) {
+        case fake_event::kind::identity_start:
+          open.insert(e.offset);
+          break;
+        case fake_event::kind::identity:
+        case fake_event::kind::identity_failed:
+          open.erase(e.offset);
+          break;
+        case fake_event::kind::fetched:
+          if (!open.empty() && e.partition == p && e.offset == pos)
+            return true;
+          break;
+        default:
+          break;
+      }
+    }
+    return false;
+  }
 };
+
+/// Adds the recipients of `d` to the world's sorted sets (ZADD GT), as a
+/// writer would.
+void project(fake_world& w, const core::dispatch& d) {
+  for (auto& user : d.recipients) {
+    auto [it, fresh] = w.sessions[user].emplace(d.conversation_id, d.created_at);
+    if (!fresh && it->second < d.created_at)
+      it->second = d.created_at;
+  }
+}
 
 } // namespace
 
@@ -158,6 +203,104 @@ CAF_TEST(an identity check the broker does not answer makes the node dirty until
   CAF_CHECK_EQUAL(count_state("ready"), readies); // not ready while unanswered
   world->identity_fault.disarm();
   CAF_REQUIRE(drive_to("ready"));
+}
+
+CAF_TEST(the fence invariant counts a check from its start not from its answer) {
+  // A writer driven by hand over the fakes, not the projection: its consumer
+  // fetches more records while the check runs, and it checkpoints them on
+  // that check's answer.  Only that write breaks the fence, and the
+  // invariant must say so (a check logged only when answered, as before,
+  // covered them).
+  fill(0, 10);
+  world->put_meta(world->identity());
+  fake_dispatch_log log{world};
+  CAF_REQUIRE(log.start({{0, 0}}));
+  auto reader = log.reader(0);
+  CAF_REQUIRE(reader != nullptr);
+  fake_broker_inspector broker{world};
+  fake_checkpoint_store store{world};
+  auto fetch_and_project = [&](size_t n) {
+    std::vector<log_record> out;
+    int64_t passed = -1;
+    CAF_CHECK(reader->poll(n, out, passed));
+    core::json_decoder dec;
+    for (auto& r : out) {
+      core::dispatch d;
+      std::string why;
+      CAF_CHECK(dec.decode(r.value, d, why));
+      project(*world, d);
+    }
+  };
+  fetch_and_project(5);
+  world->during_identity = [&] { fetch_and_project(5); };
+  CAF_REQUIRE(broker.identity(world->topic));
+  world->during_identity = nullptr;
+  check_invariants();
+  CAF_REQUIRE(violations.empty());
+  auto id = world->identity();
+  // Fetched before the check began: covered.
+  CAF_REQUIRE(store.write_checkpoint(id, 0, -1, 5));
+  check_invariants();
+  CAF_CHECK(violations.empty());
+  // Fetched while it ran: not covered, although every ZADD is in.
+  CAF_REQUIRE(store.write_checkpoint(id, 0, 5, 10));
+  check_invariants();
+  CAF_REQUIRE_EQUAL(violations.size(), 1u);
+  CAF_CHECK(contains(violations[0], "checkpoint of partition 0 written to 10"));
+  CAF_CHECK(contains(violations[0], "verified up to 5"));
+  violations.clear(); // the violation this test provoked
+  // A check that begins after them covers them.
+  CAF_REQUIRE(broker.identity(world->topic));
+  CAF_REQUIRE(store.write_checkpoint(id, 0, 10, 10));
+  check_invariants();
+  CAF_CHECK(violations.empty());
+}
+
+CAF_TEST(records fetched while a check runs wait for a check that starts after them) {
+  settings.identity_check_interval = 1h; // min gap 0: every confirmed batch asks at once
+  fill(0, 10);
+  start();
+  CAF_REQUIRE(drive_to("ready"));
+  CAF_REQUIRE(world->checkpoint(0) == std::optional<int64_t>{10});
+  auto checks = stats->identity_checks.load();
+  size_t nested = 0;
+  world->during_identity = [&] {
+    world->during_identity = nullptr;
+    fill(0, 5); // 15..19: the consumer fetches them and the writer sends them
+    nested = run_nested();
+  };
+  fill(0, 5); // 10..14: their batch asks the fence, whose check lets 15..19 in
+  run_jobs();
+  CAF_REQUIRE_GREATER(nested, 0u);
+  CAF_REQUIRE(fetched_during_a_read(0, 20));
+  CAF_CHECK(world->score("u0", "p0-c15")); // the ZADDs went out meanwhile
+  CAF_REQUIRE(drive([&] { return world->checkpoint(0) == std::optional<int64_t>{20}; }));
+  // The check that was running covered 10..14 only; 15..19 needed another.
+  CAF_CHECK_EQUAL(stats->identity_checks.load(), checks + 2);
+  CAF_CHECK(world->sessions == expected_sessions());
+}
+
+CAF_TEST(a topic replaced while a check runs is refused before its records are checkpointed) {
+  settings.identity_check_interval = 1h;
+  fill(0, 10);
+  start();
+  CAF_REQUIRE(drive_to("ready"));
+  world->during_identity = [&] {
+    world->during_identity = nullptr;
+    // Deleted and recreated while the check is under way; the check still
+    // answers what it read when it began (the old topic id).  The consumer
+    // fetches the new topic's records meanwhile.
+    world->topic_id = fake_world::default_topic_id(7);
+    fill(0, 10);
+    run_nested();
+  };
+  fill(0, 5);
+  CAF_REQUIRE(drive_to("refused"));
+  CAF_CHECK(fetched_during_a_read(0, 25));
+  // The old topic's records, fetched before that check began, and no further.
+  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{15});
+  CAF_CHECK(contains(last_error(), "field topic_id"));
+  CAF_CHECK_EQUAL(failures_of("identity_changed"), 1u);
 }
 
 CAF_TEST(a frozen Redis makes the node dirty within the deadline and it recovers) {

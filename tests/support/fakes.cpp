@@ -243,46 +243,69 @@ void fake_world::maybe_change_identity() {
 
 // -- broker inspector --------------------------------------------------------------
 
+template <class Read>
+caf::expected<broker_state> fake_world::timed_identity_read(Read read) {
+  lock g{mtx};
+  auto n = ++identity_reads;
+  events.push_back(fake_event{fake_event::kind::identity_start, -1, n});
+  caf::expected<broker_state> answer = read();
+  // The read is under way: the world may move on before the answer arrives.
+  if (during_identity && !in_during_identity_) {
+    auto hook = during_identity;
+    in_during_identity_ = true;
+    hook();
+    in_during_identity_ = false;
+  }
+  events.push_back(
+    fake_event{answer ? fake_event::kind::identity : fake_event::kind::identity_failed, -1, n});
+  return answer;
+}
+
 caf::expected<broker_state> fake_broker_inspector::inspect(const std::string& topic) {
   lock g{w_->mtx};
   ++w_->calls.inspect;
   w_->maybe_change_identity();
-  if (w_->inspect_fault.fire())
-    return failure(w_->inspect_fault, ec::kafka_unavailable, "describe topic " + topic);
-  if (topic != w_->topic) // like kafka/admin.cpp: maybe still propagating, transient
-    return caf::make_error(ec::kafka_unavailable, "topic " + topic + " does not exist on the broker");
-  broker_state st;
-  st.cluster_id = w_->cluster_id;
-  st.topic_id = w_->topic_id;
-  st.partition_count =
-    w_->reported_partition_count >= 0 ? w_->reported_partition_count : w_->partition_count();
-  st.retention_ms = w_->retention_ms;
-  st.cleanup_policy = w_->cleanup_policy;
-  for (int32_t p = 0; p < w_->partition_count(); ++p) {
-    st.marks.push_back(w_->marks(p));
-    st.true_high.push_back(w_->end(p));
-  }
-  w_->events.push_back(fake_event{fake_event::kind::identity, -1, 0});
-  if (w_->on_inspect)
+  auto answer = w_->timed_identity_read([&]() -> caf::expected<broker_state> {
+    if (w_->inspect_fault.fire())
+      return failure(w_->inspect_fault, ec::kafka_unavailable, "describe topic " + topic);
+    if (topic != w_->topic) // like kafka/admin.cpp: maybe still propagating, transient
+      return caf::make_error(ec::kafka_unavailable,
+                             "topic " + topic + " does not exist on the broker");
+    broker_state st;
+    st.cluster_id = w_->cluster_id;
+    st.topic_id = w_->topic_id;
+    st.partition_count =
+      w_->reported_partition_count >= 0 ? w_->reported_partition_count : w_->partition_count();
+    st.retention_ms = w_->retention_ms;
+    st.cleanup_policy = w_->cleanup_policy;
+    for (int32_t p = 0; p < w_->partition_count(); ++p) {
+      st.marks.push_back(w_->marks(p));
+      st.true_high.push_back(w_->end(p));
+    }
+    return st;
+  });
+  if (answer && w_->on_inspect)
     w_->on_inspect();
-  return st;
+  return answer;
 }
 
 caf::expected<broker_state> fake_broker_inspector::identity(const std::string& topic) {
   lock g{w_->mtx};
   ++w_->calls.identity;
   w_->maybe_change_identity();
-  if (w_->identity_fault.fire())
-    return failure(w_->identity_fault, ec::kafka_unavailable, "describe cluster");
-  if (topic != w_->topic) // like kafka/admin.cpp: maybe still propagating, transient
-    return caf::make_error(ec::kafka_unavailable, "topic " + topic + " does not exist on the broker");
-  broker_state st;
-  st.cluster_id = w_->cluster_id;
-  st.topic_id = w_->topic_id;
-  st.partition_count =
-    w_->reported_partition_count >= 0 ? w_->reported_partition_count : w_->partition_count();
-  w_->events.push_back(fake_event{fake_event::kind::identity, -1, 0});
-  return st;
+  return w_->timed_identity_read([&]() -> caf::expected<broker_state> {
+    if (w_->identity_fault.fire())
+      return failure(w_->identity_fault, ec::kafka_unavailable, "describe cluster");
+    if (topic != w_->topic) // like kafka/admin.cpp: maybe still propagating, transient
+      return caf::make_error(ec::kafka_unavailable,
+                             "topic " + topic + " does not exist on the broker");
+    broker_state st;
+    st.cluster_id = w_->cluster_id;
+    st.topic_id = w_->topic_id;
+    st.partition_count =
+      w_->reported_partition_count >= 0 ? w_->reported_partition_count : w_->partition_count();
+    return st;
+  });
 }
 
 // -- checkpoint store --------------------------------------------------------------

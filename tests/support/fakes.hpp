@@ -22,6 +22,10 @@
 //   (on_data) when records or an EOF event become available to it.
 // - dispatch_log::start checks [low, high] with the LSO as high, as
 //   rd_kafka_query_watermark_offsets does under read_committed.
+// - An identity read (inspect, identity) takes time, like the admin
+//   requests behind it: it begins, the world may move on
+//   (fake_world::during_identity), then it answers with what the broker was
+//   when it began.  So a check covers only what was fetched before it began.
 // - Redis can be frozen (redis_frozen): pipelined replies never arrive
 //   ("not yet" forever) and every blocking call fails as after its timeout.
 //   A single ZADD reply can fail (reply_error_fault) on a live connection.
@@ -134,10 +138,21 @@ struct applied_update {
 std::vector<applied_update> copy_updates(const std::vector<session_update>& ups);
 
 /// What happened in the outside world, in order: records fetched by a
-/// reader (offset = its position after the poll), a successful identity
-/// read (inspect or identity), a consumer (re)assigned, a checkpoint written.
+/// reader (offset = its position after the poll), a consumer (re)assigned,
+/// a checkpoint written, and every identity read (inspect or identity) as
+/// two events, for it takes time: `identity_start` when it begins, then
+/// `identity` (answered) or `identity_failed` (an error) when it ends; both
+/// carry the read's number in `offset`.  Between the two the world may move
+/// on (fake_world::during_identity).
 struct fake_event {
-  enum class kind : uint8_t { fetched, identity, assigned, checkpoint };
+  enum class kind : uint8_t {
+    fetched,
+    identity,
+    assigned,
+    checkpoint,
+    identity_start,
+    identity_failed,
+  };
   kind what = kind::fetched;
   int32_t partition = -1;
   int64_t offset = 0;
@@ -222,6 +237,16 @@ struct fake_world {
 
   /// After inspect() computed its answer.
   std::function<void()> on_inspect;
+  /// While an identity read (inspect or identity) is under way: after its
+  /// identity_start event, before its end event and its answer, which still
+  /// describes the broker as it was when the read began (the earliest state
+  /// a real read may report).  A test appends records, replaces the topic or
+  /// runs other actors' jobs here (in the deterministic scheduler: the
+  /// consumers fetch while the check runs).  Not called for a read that
+  /// starts inside it; a copy runs, so it may reset itself.
+  std::function<void()> during_identity;
+  /// Identity reads begun so far (the number their events carry).
+  int64_t identity_reads = 0;
   /// Before a guarded write (after the fault checks): a test may claim the
   /// partition for another node here, so this very write is fenced.
   std::function<void(int32_t partition, int64_t next_offset)> before_checkpoint_write;
@@ -304,6 +329,11 @@ struct fake_world {
 
 private:
   void maybe_change_identity();
+  /// One identity read over time: identity_start, `read` (the answer as of
+  /// now), during_identity, then the end event; returns the answer.
+  template <class Read>
+  caf::expected<broker_state> timed_identity_read(Read read);
+  bool in_during_identity_ = false;
   friend class fake_broker_inspector;
 };
 
