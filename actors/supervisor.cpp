@@ -29,14 +29,13 @@
 #include "actors/redis_writer.hpp"
 #include "actors/session_reader.hpp"
 #include "actors/supervisor.hpp"
+#include "actors/supervisor_internal.hpp"
 #include "caf/scoped_actor.hpp"
 #include "core/cluster.hpp"
 
 namespace qsp {
 
-namespace {
-
-using supervisor_pointer = supervisor_actor::stateful_pointer<supervisor_state>;
+namespace supervision {
 
 // The PULL_SESSION_LIST gate: this node runs (state ready) and, in the
 // clustered modes, every partition of the namespace is ready (DESIGN §12).
@@ -71,8 +70,6 @@ void notify(supervisor_pointer self) {
     self->send(sub, atom::status_v, s);
 }
 
-void heartbeat(supervisor_pointer self);
-
 void transition(supervisor_pointer self, std::string next, const std::string& why) {
   auto& st = self->state;
   bool changed = st.state != next;
@@ -99,8 +96,7 @@ void adopt(supervisor_pointer self, const Handle& child) {
 // Ends the generation: every child, and every blocking call of theirs.
 // With `watch`, the children stay monitored and are remembered in `dying`
 // (an ordered shutdown waits for their down messages).
-void stop_children(supervisor_pointer self, caf::error reason = caf::exit_reason::user_shutdown,
-                   bool watch = false) {
+void stop_children(supervisor_pointer self, caf::error reason, bool watch) {
   auto& st = self->state;
   auto kill = [&](auto& h) {
     if (h) {
@@ -127,26 +123,6 @@ void stop_children(supervisor_pointer self, caf::error reason = caf::exit_reason
     st.life->gen->abort();
     st.life->gen.reset();
   }
-}
-
-void start_generation(supervisor_pointer self);
-
-// Another node claimed partition `p` (its epoch is newer than ours): in the
-// group and host modes it moved on and this node lets it go; with static
-// ownership two nodes list it, which an operator must fix.
-caf::error on_fenced(supervisor_pointer self, int32_t p, const std::string& why) {
-  auto& st = self->state;
-  if (!st.cfg.clustered())
-    return caf::make_error(ec::refused,
-                           why + " (projection.ownership = all, but the namespace has owner "
-                                 "records: a cluster projects it; docs/CLUSTER.md)");
-  if (st.own.moved_away(p))
-    return caf::make_error(ec::refused, why + " (projection.ownership = static: is partition "
-                                          + std::to_string(p)
-                                          + " in projection.partitions of two nodes?)");
-  st.logs->warn("partition {}: fenced, another node owns it now; giving it up: {}", p, why);
-  st.h0.erase(p);
-  return caf::none;
 }
 
 void fail(supervisor_pointer self, caf::error err) {
@@ -291,323 +267,6 @@ void start_generation(supervisor_pointer self) {
       });
 }
 
-// -- ownership changes (DESIGN.md §12) -----------------------------------------
-
-void finish_regeneration(supervisor_pointer self) {
-  auto& st = self->state;
-  st.regenerating = false;
-  if (st.state == "refused" || st.stopping)
-    return;
-  // Nothing of the old generation runs any more: no checkpoint of a revoked
-  // partition can follow (and a late one would be fenced anyway).
-  for (auto& rp : st.revokes)
-    rp.deliver(caf::ok_atom_v);
-  st.revokes.clear();
-  st.attempt = 0;
-  start_generation(self);
-}
-
-// Stops the running generation (unconfirmed batches get no checkpoint) and
-// starts the next one, with the current ownership, once all of it is down.
-void regenerate(supervisor_pointer self) {
-  auto& st = self->state;
-  if (st.stopping)
-    return;
-  if (st.state == "refused") {
-    for (auto& rp : st.revokes)
-      rp.deliver(caf::ok_atom_v);
-    st.revokes.clear();
-    for (auto& rp : st.assigns)
-      rp.deliver(caf::make_error(ec::refused, st.last_error));
-    st.assigns.clear();
-    return;
-  }
-  st.regenerating = true;
-  // Claims the ending generation made stand, for the partitions still owned.
-  if (st.life->gen)
-    for (auto& [p, e] : st.life->gen->claims())
-      st.own.claimed(p, e);
-  // Queued additions are part of the new generation's set already.
-  st.queued_adds.clear();
-  ++st.generation; // outdates a pending verification and backoff timer
-  stop_children(self, caf::exit_reason::user_shutdown, true);
-  // Not ready for the new ownership until its generation says so.
-  transition(self, "verifying", "ownership changed");
-  if (st.dying.empty())
-    finish_regeneration(self);
-}
-
-// -- incremental ownership changes (DESIGN.md §12, "Decision — handover") ------
-
-// The generation runs (verified, its children up) and no regeneration is
-// pending: an ownership change can touch only the partitions that move.
-bool running(const supervisor_state& st) {
-  return st.writer && st.verifier && st.aggregator && !st.regenerating && !st.stopping
-         && (st.state == "catching-up" || st.state == "ready");
-}
-
-void on_extended(supervisor_pointer self, verified_start vs, std::shared_ptr<generation> gen);
-
-// Verifies `added` (claims, the full §4 checks) and adds them to the running
-// generation's consumer; one addition at a time, later ones queue.  The
-// partitions kept go on as they are.
-void extend(supervisor_pointer self, std::vector<int32_t> added) {
-  auto& st = self->state;
-  if (!st.extending.empty()) {
-    st.queued_adds.insert(st.queued_adds.end(), added.begin(), added.end());
-    return;
-  }
-  st.extending = added;
-  // This node is not ready until the added partitions reach their H0; the
-  // ones it keeps publish their own (ready) state meanwhile.
-  transition(self, "catching-up",
-             "partitions " + core::format_partition_list(added) + " added; the others go on");
-  auto gen = st.life->gen;
-  auto id = st.generation;
-  self->request(st.verifier, caf::infinite, atom::assign_v, std::move(added))
-    .then(
-      [=](verified_start& vs) {
-        // A failure or refusal meanwhile ended the generation (its answer
-        // may already have been queued): nothing is added to it.
-        auto& st = self->state;
-        if (st.generation == id && !st.stopping && st.writer && !st.extending.empty())
-          on_extended(self, std::move(vs), gen);
-      },
-      [=](caf::error& err) {
-        auto& st = self->state;
-        if (st.generation != id || st.stopping || !st.writer)
-          return;
-        for (auto& [p, e] : gen->claims())
-          st.own.claimed(p, e);
-        fail(self, err);
-      });
-}
-
-void on_extended(supervisor_pointer self, verified_start vs, std::shared_ptr<generation> gen) {
-  auto& st = self->state;
-  st.extending.clear();
-  for (auto& [p, e] : vs.owner_epochs)
-    st.own.claimed(p, e);
-  for (auto& [p, h] : vs.h0)
-    st.h0[p] = h;
-  for (auto& [p, h] : vs.true_high)
-    st.true_high[p] = h;
-  for (auto& [p, start] : vs.starts)
-    st.logs->info("partition {}: start {} H0 {}", p, start, vs.h0[p]);
-  // Both hear of the partitions before any batch of them exists: the
-  // consumers spawned below send only after these are in the mailboxes.
-  self->send(st.aggregator, atom::assign_v, vs);
-  self->send(st.writer, atom::assign_v, vs);
-  if (!spawn_consumers(self, vs, *gen))
-    return;
-  if (!st.queued_adds.empty()) {
-    extend(self, std::exchange(st.queued_adds, {}));
-    return;
-  }
-  for (auto& rp : st.assigns)
-    rp.deliver(caf::ok_atom_v);
-  st.assigns.clear();
-}
-
-// Stops the consumers of `dropped` and lets the writer finish what they
-// sent (confirmed and checkpointed, or failed with no checkpoint): only then
-// is `rp` answered and the partitions handed on.  The others go on.
-void shrink(supervisor_pointer self, const std::vector<int32_t>& dropped,
-            caf::typed_response_promise<caf::ok_atom> rp) {
-  auto& st = self->state;
-  for (auto p : dropped) {
-    auto c = st.consumers.find(p);
-    if (c == st.consumers.end())
-      continue;
-    auto addr = c->second.address();
-    self->demonitor(addr);
-    st.children.erase(addr);
-    auto& kids = st.life->children;
-    kids.erase(std::remove_if(kids.begin(), kids.end(),
-                              [&](const caf::actor& a) { return a.address() == addr; }),
-               kids.end());
-    self->send_exit(c->second, caf::exit_reason::user_shutdown);
-    st.consumers.erase(c);
-  }
-  self->send(st.aggregator, atom::revoke_v, dropped);
-  // The writer may fail meanwhile: then nothing of these partitions is
-  // written any more either, and the revoke is answered all the same.
-  self->request(st.writer, caf::infinite, atom::revoke_v, dropped)
-    .then([=](caf::ok_atom) mutable { rp.deliver(caf::ok_atom_v); },
-          [=](caf::error&) mutable { rp.deliver(caf::ok_atom_v); });
-}
-
-std::vector<owned_status> published(const supervisor_state& st,
-                                    const std::vector<partition_status>& parts) {
-  std::map<int32_t, const partition_status*> progress;
-  for (auto& ps : parts)
-    progress[ps.partition] = &ps;
-  bool running = st.state == "catching-up" || st.state == "ready";
-  std::vector<owned_status> out;
-  // Only claimed partitions: nothing to publish before the claim.
-  for (auto& [p, epoch] : st.own.epochs()) {
-    owned_status o;
-    o.partition = p;
-    o.epoch = epoch;
-    o.state = st.state;
-    if (auto i = progress.find(p); running && i != progress.end()) {
-      o.h0 = i->second->h0;
-      o.next_offset = i->second->next_offset;
-      o.caught_up = o.next_offset >= o.h0;
-      // Each partition's own state while the generation runs: one added
-      // to it catches up while the ones kept stay ready (DESIGN §12).
-      o.state = o.caught_up ? "ready" : "catching-up";
-    }
-    out.push_back(o);
-  }
-  return out;
-}
-
-// What holds the namespace closed: "2: no owner; 3: owner n1 is verifying".
-std::string namespace_held(const supervisor_state& st) {
-  if (!st.cluster_error.empty())
-    return "cluster view unavailable: " + st.cluster_error;
-  std::string held;
-  for (auto& c : st.cluster)
-    if (!c.ready)
-      held += (held.empty() ? "" : "; ") + std::to_string(c.partition) + ": " + c.why;
-  return held.empty() ? std::string{"not read yet"} : held;
-}
-
-void on_report(supervisor_pointer self, const cluster_report& rep) {
-  auto& st = self->state;
-  bool refresh = false;
-  for (auto& f : rep.fenced) {
-    auto p = f.partition;
-    // A report about a claim this node no longer holds (revoked, or
-    // re-claimed since the heartbeat started) says nothing about the
-    // current one.
-    auto verdict = st.own.judge_report(p, f.epoch, f.state == "fenced");
-    if (verdict == core::ownership::report::stale)
-      continue;
-    std::string record = "there is no owner record";
-    for (auto& c : rep.view)
-      if (c.partition == p && !c.owner.empty())
-        record = "the owner record names node \"" + c.owner + "\" with epoch "
-                 + std::to_string(c.epoch);
-    auto why = "partition " + std::to_string(p) + ": " + record + " (this node \"" + st.node
-               + "\" holds epoch " + std::to_string(f.epoch) + ")";
-    if (verdict == core::ownership::report::lost) {
-      // Only a running generation writes under the claim; a verification
-      // (or the restart after a failure) re-claims anyway.
-      if (!st.writer)
-        continue;
-      // Redis lost the claim (a failover to a lagging replica, a restore):
-      // transient, the next verification re-claims (DESIGN §12).
-      fail(self, caf::make_error(ec::checkpoint_conflict,
-                                 why + ": the ownership claim was lost (rolled back by Redis); "
-                                       "re-claiming"));
-      return;
-    }
-    // Counted like a fenced checkpoint write (qsp_failures_total{kind="fenced"}).
-    st.failures[to_string(ec::fenced)] += 1;
-    st.stats->failures[static_cast<uint8_t>(ec::fenced)] += 1;
-    if (auto refused = on_fenced(self, p, why)) {
-      fail(self, refused);
-      return;
-    }
-    refresh = true;
-  }
-  bool was = st.namespace_ready;
-  if (!rep.error.empty()) {
-    if (st.cluster_error.empty())
-      st.logs->warn("cluster view unavailable, namespace not ready: {}", rep.error);
-    st.cluster_error = rep.error;
-    st.namespace_ready = false;
-  } else {
-    st.cluster_error.clear();
-    st.cluster = rep.view;
-    st.namespace_ready = !rep.view.empty()
-                         && std::all_of(rep.view.begin(), rep.view.end(),
-                                        [](const cluster_partition& c) { return c.ready; });
-  }
-  if (was != st.namespace_ready) {
-    if (st.namespace_ready) {
-      st.logs->info("namespace ready: every partition has a live owner at its H0");
-    } else {
-      st.logs->info("namespace not ready: {}", namespace_held(st));
-    }
-  }
-  bool gate = gate_open(st);
-  if (gate != st.ready || was != st.namespace_ready) {
-    st.ready = gate;
-    notify(self);
-  }
-  if (refresh)
-    regenerate(self);
-}
-
-caf::timespan heartbeat_delay(const supervisor_state& st) {
-  auto every = st.cfg.heartbeat_interval;
-  if (st.namespace_ready || !st.cluster_error.empty())
-    return every;
-  return std::max<caf::timespan>(every / 5, std::chrono::milliseconds(10));
-}
-
-// One cluster heartbeat: the aggregator's progress, published; the
-// namespace's view, read; the next one after the answer.
-void heartbeat(supervisor_pointer self) {
-  auto& st = self->state;
-  if (st.stopping || !st.member)
-    return;
-  if (st.hb_in_flight) {
-    st.hb_again = true;
-    return;
-  }
-  st.hb_in_flight = true;
-  auto id = st.generation;
-  // After an answer: at once if asked meanwhile, else after the interval,
-  // or a fifth of it while the namespace is readable but not ready (a
-  // handover in progress: the gate opens as soon as the view shows the new
-  // owner at its H0, not up to one interval later; one EVAL per read).
-  auto next = [=] {
-    auto& st = self->state;
-    st.hb_in_flight = false;
-    if (st.hb_again) {
-      st.hb_again = false;
-      heartbeat(self);
-      return;
-    }
-    self->delayed_send(self, heartbeat_delay(st), atom::heartbeat_v, ++st.hb_token);
-  };
-  auto timeout = st.cfg.redis.command_timeout + std::chrono::seconds(1);
-  auto send = [=](std::vector<partition_status> parts) {
-    auto& st = self->state;
-    if (st.stopping)
-      return;
-    self->request(st.member, timeout, atom::heartbeat_v, published(st, parts))
-      .then(
-        [=](cluster_report& rep) {
-          if (self->state.stopping)
-            return;
-          on_report(self, rep);
-          next();
-        },
-        [=](caf::error& err) {
-          if (self->state.stopping)
-            return;
-          on_report(self, cluster_report{{}, {}, describe(err)});
-          next();
-        });
-  };
-  if (!st.aggregator) {
-    send({});
-    return;
-  }
-  self->request(st.aggregator, timeout, atom::status_v)
-    .then([=](std::vector<partition_status>& parts) {
-            // A generation started meanwhile: its aggregator's H0 is the one to publish.
-            send(self->state.generation == id ? std::move(parts)
-                                              : std::vector<partition_status>{});
-          },
-          [=](caf::error&) { send({}); });
-}
-
 // Answers every shutdown request once the children are down and the
 // projection's I/O is released, or with an error at the deadline; then quits.
 void shutdown_tick(supervisor_pointer self) {
@@ -669,7 +328,9 @@ void begin_shutdown(supervisor_pointer self) {
   shutdown_tick(self);
 }
 
-} // namespace
+} // namespace supervision
+
+using namespace supervision;
 
 supervisor_actor::behavior_type
 supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<port_factory> ports,
