@@ -63,9 +63,9 @@ struct generation {
     });
   }
 
-  /// The registrations held now (for tests): one per store alive at the
-  /// last track(), plus that track()'s own; a store destroyed since still
-  /// counts until the next track() drops it.
+  /// The registrations held now (for tests): one per track() of a store
+  /// still alive at the latest track(); a store destroyed since then counts
+  /// until the next track() drops it.
   size_t hooks() const;
 
 private:

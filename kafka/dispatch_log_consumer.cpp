@@ -60,7 +60,7 @@ public:
     return poll_each(
       max,
       [&out](const log_record_view& r) {
-        out.push_back(log_record{r.offset, std::string{r.value}, r.timestamp_ms});
+        out.push_back(log_record{r.offset, std::string{r.value}, r.timestamp_ms, r.leader_epoch});
         return true;
       },
       passed);
