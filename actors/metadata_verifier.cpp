@@ -19,10 +19,15 @@ caf::expected<verified_start> verifier_state::run(const projection_settings& cfg
   if (!log)
     return log.error();
   gen.log = std::move(*log);
+  // Ending the generation interrupts their waits for the broker (start()'s
+  // range check, every inspection and identity check, the identity fence's
+  // too: it takes this inspector over), as it does the Redis calls.
+  gen.track(gen.log);
   auto made_broker = gen.ports->make_inspector();
   if (!made_broker)
     return made_broker.error();
   std::shared_ptr<broker_inspector> broker = std::move(*made_broker);
+  gen.track(broker);
   auto made = gen.ports->make_checkpoint_store();
   if (!made)
     return made.error();
