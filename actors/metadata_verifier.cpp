@@ -140,6 +140,9 @@ caf::expected<verified_start> verifier_state::run(const projection_settings& cfg
   if (!log)
     return log.error();
   gen.log = std::move(*log);
+  // Ending the generation interrupts their waits for the broker (start()'s
+  // range check, every inspection and identity check, the identity fence's
+  // too: it takes this inspector over), as it does the Redis calls.
   gen.track(gen.log);
   auto made_broker = gen.ports->make_inspector();
   if (!made_broker)

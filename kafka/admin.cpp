@@ -9,62 +9,6 @@
 
 namespace qsp::kafka {
 
-namespace {
-
-struct queue_deleter { void operator()(rd_kafka_queue_t* q) const { rd_kafka_queue_destroy(q); } };
-struct event_deleter { void operator()(rd_kafka_event_t* e) const { rd_kafka_event_destroy(e); } };
-struct options_deleter { void operator()(rd_kafka_AdminOptions_t* o) const { rd_kafka_AdminOptions_destroy(o); } };
-using queue_ptr = std::unique_ptr<rd_kafka_queue_t, queue_deleter>;
-using event_ptr = std::unique_ptr<rd_kafka_event_t, event_deleter>;
-using options_ptr = std::unique_ptr<rd_kafka_AdminOptions_t, options_deleter>;
-
-options_ptr make_options(rd_kafka_t* rk, rd_kafka_admin_op_t op, int timeout_ms) {
-  options_ptr o{rd_kafka_AdminOptions_new(rk, op)};
-  char err[256];
-  rd_kafka_AdminOptions_set_request_timeout(o.get(), timeout_ms, err, sizeof(err));
-  return o;
-}
-
-/// An authorization/authentication failure: final, naming what is missing.
-caf::error auth_error(rd_kafka_resp_err_t code, const std::string& what, const std::string& detail,
-                      const std::string& permission) {
-  std::string need;
-  switch (code) {
-    case RD_KAFKA_RESP_ERR__AUTHENTICATION:
-    case RD_KAFKA_RESP_ERR_SASL_AUTHENTICATION_FAILED:
-      need = "the broker refused the credentials (check kafka.properties sasl.*/ssl.*)";
-      break;
-    case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
-      need = "the principal lacks a permission on the cluster (" + permission + ")";
-      break;
-    default:
-      need = "the principal lacks " + permission;
-  }
-  return caf::make_error(ec::invalid_config, what + ": not authorized ("
-                                               + rd_kafka_err2name(code) + "): " + need
-                                               + (detail.empty() ? "" : ": " + detail));
-}
-
-/// Waits for the result event of an admin call issued on `q`.  `permission`
-/// names the ACL the request needs (for an authorization failure's message).
-caf::expected<event_ptr> await(rd_kafka_queue_t* q, int timeout_ms, const std::string& what,
-                               const std::string& permission) {
-  event_ptr ev{rd_kafka_queue_poll(q, timeout_ms + 2000)};
-  if (!ev)
-    return caf::make_error(ec::kafka_unavailable, what + ": no answer within "
-                                                    + std::to_string(timeout_ms) + " ms");
-  if (auto err = rd_kafka_event_error(ev.get())) {
-    std::string text = rd_kafka_event_error_string(ev.get());
-    if (is_auth_error(err))
-      return auth_error(err, what, text, permission);
-    return caf::make_error(ec::kafka_unavailable,
-                           what + ": " + text + " (" + rd_kafka_err2name(err) + ")");
-  }
-  return ev;
-}
-
-} // namespace
-
 admin::admin(handle_ptr rk, int timeout_ms) : rk_(std::move(rk)), timeout_ms_(timeout_ms) {}
 
 caf::expected<std::unique_ptr<admin>> admin::make(const client_settings& cfg) {
@@ -74,7 +18,14 @@ caf::expected<std::unique_ptr<admin>> admin::make(const client_settings& cfg) {
   return std::unique_ptr<admin>{new admin(std::move(*rk), cfg.timeout_ms)};
 }
 
+void admin::interrupt() {
+  waits_.interrupt();
+}
+
 caf::expected<std::string> admin::cluster_id() {
+  // rd_kafka_clusterid cannot be interrupted; only tests call this.
+  if (waits_.interrupted())
+    return caf::make_error(ec::shutting_down, "cluster id: interrupted (stopping)");
   char* id = rd_kafka_clusterid(rk_.get(), timeout_ms_);
   if (id == nullptr)
     return caf::make_error(ec::kafka_unavailable,
@@ -90,16 +41,16 @@ caf::expected<broker_state> admin::identity(const std::string& topic) {
   // (rd_kafka_clusterid would answer from the client's metadata cache).
   queue_ptr cq{rd_kafka_queue_new(rk_.get())};
   queue_ptr tq{rd_kafka_queue_new(rk_.get())};
-  auto copts = make_options(rk_.get(), RD_KAFKA_ADMIN_OP_DESCRIBECLUSTER, timeout_ms_);
+  auto copts = make_admin_options(rk_.get(), RD_KAFKA_ADMIN_OP_DESCRIBECLUSTER, timeout_ms_);
   rd_kafka_DescribeCluster(rk_.get(), copts.get(), cq.get());
   const char* names[] = {topic.c_str()};
   auto* coll = rd_kafka_TopicCollection_of_topic_names(names, 1);
-  auto topts = make_options(rk_.get(), RD_KAFKA_ADMIN_OP_DESCRIBETOPICS, timeout_ms_);
+  auto topts = make_admin_options(rk_.get(), RD_KAFKA_ADMIN_OP_DESCRIBETOPICS, timeout_ms_);
   rd_kafka_DescribeTopics(rk_.get(), coll, topts.get(), tq.get());
   rd_kafka_TopicCollection_destroy(coll);
 
   broker_state st;
-  auto cev = await(cq.get(), timeout_ms_, "describe cluster", "Describe on the cluster");
+  auto cev = await_result(waits_, cq.get(), timeout_ms_, "describe cluster", "Describe on the cluster");
   if (!cev)
     return cev.error();
   const char* cid = rd_kafka_DescribeCluster_result_cluster_id(
@@ -108,7 +59,7 @@ caf::expected<broker_state> admin::identity(const std::string& topic) {
     return caf::make_error(ec::kafka_unavailable, "describe cluster: the broker reported no cluster id");
   st.cluster_id = cid;
 
-  auto ev = await(tq.get(), timeout_ms_, "describe topic " + topic, "Describe on topic " + topic);
+  auto ev = await_result(waits_, tq.get(), timeout_ms_, "describe topic " + topic, "Describe on topic " + topic);
   if (!ev)
     return ev.error();
   auto* res = rd_kafka_event_DescribeTopics_result(ev->get());
@@ -142,46 +93,32 @@ caf::expected<broker_state> admin::identity(const std::string& topic) {
 caf::expected<std::vector<int64_t>>
 admin::list_offsets(const std::string& topic, int partitions, rd_kafka_OffsetSpec_t spec,
                     rd_kafka_IsolationLevel_t isolation) {
-  std::vector<int64_t> out(static_cast<size_t>(partitions), -1);
-  if (partitions == 0)
-    return out;
-  auto* list = rd_kafka_topic_partition_list_new(partitions);
-  for (int p = 0; p < partitions; ++p)
-    rd_kafka_topic_partition_list_add(list, topic.c_str(), p)->offset = spec;
-  queue_ptr q{rd_kafka_queue_new(rk_.get())};
-  auto opts = make_options(rk_.get(), RD_KAFKA_ADMIN_OP_LISTOFFSETS, timeout_ms_);
-  rd_kafka_AdminOptions_set_isolation_level(opts.get(), isolation);
-  rd_kafka_ListOffsets(rk_.get(), list, opts.get(), q.get());
-  rd_kafka_topic_partition_list_destroy(list);
-  auto ev = await(q.get(), timeout_ms_, "list offsets of " + topic, "Describe on topic " + topic);
-  if (!ev)
-    return ev.error();
-  size_t n = 0;
-  auto** infos = rd_kafka_ListOffsets_result_infos(rd_kafka_event_ListOffsets_result(ev->get()), &n);
-  for (size_t i = 0; i < n; ++i) {
-    auto* tp = rd_kafka_ListOffsetsResultInfo_topic_partition(infos[i]);
-    if (tp->err)
-      return kafka_error(tp->err, "list offsets of " + topic + " partition "
-                                    + std::to_string(tp->partition));
-    if (tp->partition >= 0 && tp->partition < partitions)
-      out[static_cast<size_t>(tp->partition)] = tp->offset;
-  }
-  for (int p = 0; p < partitions; ++p)
-    if (out[static_cast<size_t>(p)] < 0)
+  std::vector<int32_t> which;
+  for (int32_t p = 0; p < partitions; ++p)
+    which.push_back(p);
+  auto got = kafka::list_offsets(rk_.get(), waits_, timeout_ms_, "list offsets of " + topic, topic,
+                                 which, {{spec, isolation}});
+  if (!got)
+    return got.error();
+  std::vector<int64_t> out;
+  for (auto& [p, offset] : got->front()) {
+    if (offset < 0)
       return caf::make_error(ec::kafka_unavailable, "list offsets of " + topic + ": partition "
                                                       + std::to_string(p) + " missing");
+    out.push_back(offset);
+  }
   return out;
 }
 
 caf::expected<admin::topic_configs> admin::configs(const std::string& topic) {
   queue_ptr q{rd_kafka_queue_new(rk_.get())};
   auto* res = rd_kafka_ConfigResource_new(RD_KAFKA_RESOURCE_TOPIC, topic.c_str());
-  auto opts = make_options(rk_.get(), RD_KAFKA_ADMIN_OP_DESCRIBECONFIGS, timeout_ms_);
+  auto opts = make_admin_options(rk_.get(), RD_KAFKA_ADMIN_OP_DESCRIBECONFIGS, timeout_ms_);
   rd_kafka_DescribeConfigs(rk_.get(), &res, 1, opts.get(), q.get());
   rd_kafka_ConfigResource_destroy(res);
   auto what = "describe configs of " + topic;
   auto permission = "DescribeConfigs on topic " + topic;
-  auto ev = await(q.get(), timeout_ms_, what, permission);
+  auto ev = await_result(waits_, q.get(), timeout_ms_, what, permission);
   if (!ev)
     return ev.error();
   size_t n = 0;
@@ -262,11 +199,11 @@ admin::create_topic(const std::string& topic, int partitions,
                                                    + v + ": " + rd_kafka_err2str(e));
     }
   queue_ptr q{rd_kafka_queue_new(rk_.get())};
-  auto opts = make_options(rk_.get(), RD_KAFKA_ADMIN_OP_CREATETOPICS, timeout_ms_);
+  auto opts = make_admin_options(rk_.get(), RD_KAFKA_ADMIN_OP_CREATETOPICS, timeout_ms_);
   rd_kafka_AdminOptions_set_operation_timeout(opts.get(), timeout_ms_, err, sizeof(err));
   rd_kafka_CreateTopics(rk_.get(), &nt, 1, opts.get(), q.get());
   rd_kafka_NewTopic_destroy(nt);
-  auto ev = await(q.get(), timeout_ms_, "create topic " + topic, "Create on the topic or cluster");
+  auto ev = await_result(waits_, q.get(), timeout_ms_, "create topic " + topic, "Create on the topic or cluster");
   if (!ev)
     return ev.error();
   size_t n = 0;
@@ -281,11 +218,11 @@ caf::expected<void> admin::delete_topic(const std::string& topic) {
   char err[512];
   auto* dt = rd_kafka_DeleteTopic_new(topic.c_str());
   queue_ptr q{rd_kafka_queue_new(rk_.get())};
-  auto opts = make_options(rk_.get(), RD_KAFKA_ADMIN_OP_DELETETOPICS, timeout_ms_);
+  auto opts = make_admin_options(rk_.get(), RD_KAFKA_ADMIN_OP_DELETETOPICS, timeout_ms_);
   rd_kafka_AdminOptions_set_operation_timeout(opts.get(), timeout_ms_, err, sizeof(err));
   rd_kafka_DeleteTopics(rk_.get(), &dt, 1, opts.get(), q.get());
   rd_kafka_DeleteTopic_destroy(dt);
-  auto ev = await(q.get(), timeout_ms_, "delete topic " + topic, "Delete on the topic");
+  auto ev = await_result(waits_, q.get(), timeout_ms_, "delete topic " + topic, "Delete on the topic");
   if (!ev)
     return ev.error();
   size_t n = 0;
@@ -304,11 +241,11 @@ caf::expected<void> admin::delete_records(const std::string& topic, int32_t part
   auto* dr = rd_kafka_DeleteRecords_new(list);
   rd_kafka_topic_partition_list_destroy(list);
   queue_ptr q{rd_kafka_queue_new(rk_.get())};
-  auto opts = make_options(rk_.get(), RD_KAFKA_ADMIN_OP_DELETERECORDS, timeout_ms_);
+  auto opts = make_admin_options(rk_.get(), RD_KAFKA_ADMIN_OP_DELETERECORDS, timeout_ms_);
   rd_kafka_AdminOptions_set_operation_timeout(opts.get(), timeout_ms_, err, sizeof(err));
   rd_kafka_DeleteRecords(rk_.get(), &dr, 1, opts.get(), q.get());
   rd_kafka_DeleteRecords_destroy(dr);
-  auto ev = await(q.get(), timeout_ms_, "delete records of " + topic, "Delete on the topic");
+  auto ev = await_result(waits_, q.get(), timeout_ms_, "delete records of " + topic, "Delete on the topic");
   if (!ev)
     return ev.error();
   auto* offs = rd_kafka_DeleteRecords_result_offsets(rd_kafka_event_DeleteRecords_result(ev->get()));

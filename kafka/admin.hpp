@@ -16,6 +16,9 @@ public:
 
   caf::expected<broker_state> inspect(const std::string& topic) override;
   caf::expected<broker_state> identity(const std::string& topic) override;
+  /// Every wait for the broker in progress returns ec::shutting_down at
+  /// once, and so does every later call (cluster_id: before it asks).
+  void interrupt() override;
 
   caf::expected<std::string> cluster_id();
   /// `replication_factor` -1: the broker's default.replication.factor.
@@ -41,6 +44,7 @@ private:
 
   handle_ptr rk_;
   int timeout_ms_;
+  interrupter waits_;
 };
 
 } // namespace qsp::kafka

@@ -1,6 +1,8 @@
 #include "kafka/client.hpp"
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cctype>
 #include <cstring>
 #include <condition_variable>
@@ -283,6 +285,137 @@ caf::error kafka_error(rd_kafka_resp_err_t err, const std::string& what) {
   return caf::make_error(is_auth_error(err) ? ec::invalid_config : ec::kafka_unavailable,
                          what + ": " + rd_kafka_err2str(err) + " (" + rd_kafka_err2name(err)
                            + ")");
+}
+
+// -- waiting for the broker, interruptibly -----------------------------------
+
+void interrupter::interrupt() {
+  std::lock_guard<std::mutex> guard{mtx_};
+  interrupted_ = true;
+  // Under the lock: a queue stays registered (and alive, its poller is
+  // inside poll()) while it is yielded.  A yield before the poll starts
+  // makes that poll return at once (librdkafka keeps the flag).
+  for (auto* q : waiting_)
+    rd_kafka_queue_yield(q);
+}
+
+bool interrupter::interrupted() const {
+  std::lock_guard<std::mutex> guard{mtx_};
+  return interrupted_;
+}
+
+event_ptr interrupter::poll(rd_kafka_queue_t* q, int timeout_ms) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    if (interrupted_)
+      return nullptr;
+    waiting_.push_back(q);
+  }
+  event_ptr ev;
+  // rd_kafka_queue_poll returns nothing early only when yielded, i.e.
+  // interrupted; the bound on rounds only guards against a surprise.
+  for (int round = 0; round < 16 && !ev; ++round) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                  deadline - std::chrono::steady_clock::now())
+                  .count();
+    if (left <= 0 || interrupted())
+      break;
+    ev.reset(rd_kafka_queue_poll(q, static_cast<int>(left)));
+  }
+  std::lock_guard<std::mutex> guard{mtx_};
+  waiting_.erase(std::find(waiting_.begin(), waiting_.end(), q));
+  return ev;
+}
+
+options_ptr make_admin_options(rd_kafka_t* rk, rd_kafka_admin_op_t op, int timeout_ms) {
+  options_ptr o{rd_kafka_AdminOptions_new(rk, op)};
+  char err[256];
+  rd_kafka_AdminOptions_set_request_timeout(o.get(), timeout_ms, err, sizeof(err));
+  return o;
+}
+
+caf::error auth_error(rd_kafka_resp_err_t code, const std::string& what, const std::string& detail,
+                      const std::string& permission) {
+  std::string need;
+  switch (code) {
+    case RD_KAFKA_RESP_ERR__AUTHENTICATION:
+    case RD_KAFKA_RESP_ERR_SASL_AUTHENTICATION_FAILED:
+      need = "the broker refused the credentials (check kafka.properties sasl.*/ssl.*)";
+      break;
+    case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
+      need = "the principal lacks a permission on the cluster (" + permission + ")";
+      break;
+    default:
+      need = "the principal lacks " + permission;
+  }
+  return caf::make_error(ec::invalid_config, what + ": not authorized ("
+                                               + rd_kafka_err2name(code) + "): " + need
+                                               + (detail.empty() ? "" : ": " + detail));
+}
+
+caf::expected<event_ptr> await_result(interrupter& waits, rd_kafka_queue_t* q, int timeout_ms,
+                                      const std::string& what, const std::string& permission) {
+  // The request itself times out after timeout_ms; the 2 s more let its
+  // timeout come back as the answer.
+  auto ev = waits.poll(q, timeout_ms + 2000);
+  if (!ev) {
+    if (waits.interrupted())
+      return caf::make_error(ec::shutting_down,
+                             what + ": interrupted while waiting for the broker (stopping)");
+    return caf::make_error(ec::kafka_unavailable, what + ": no answer within "
+                                                    + std::to_string(timeout_ms) + " ms");
+  }
+  if (auto err = rd_kafka_event_error(ev.get())) {
+    std::string text = rd_kafka_event_error_string(ev.get());
+    if (is_auth_error(err))
+      return auth_error(err, what, text, permission);
+    return caf::make_error(ec::kafka_unavailable,
+                           what + ": " + text + " (" + rd_kafka_err2name(err) + ")");
+  }
+  return ev;
+}
+
+caf::expected<std::vector<std::map<int32_t, int64_t>>>
+list_offsets(rd_kafka_t* rk, interrupter& waits, int timeout_ms, const std::string& what,
+             const std::string& topic, const std::vector<int32_t>& partitions,
+             const std::vector<offset_query>& queries) {
+  std::vector<std::map<int32_t, int64_t>> out(queries.size());
+  if (partitions.empty())
+    return out;
+  // Every request first (each on its queue), then every answer.
+  std::vector<queue_ptr> qs;
+  for (auto& query : queries) {
+    auto* list = rd_kafka_topic_partition_list_new(static_cast<int>(partitions.size()));
+    for (auto p : partitions)
+      rd_kafka_topic_partition_list_add(list, topic.c_str(), p)->offset = query.spec;
+    qs.emplace_back(rd_kafka_queue_new(rk));
+    auto opts = make_admin_options(rk, RD_KAFKA_ADMIN_OP_LISTOFFSETS, timeout_ms);
+    rd_kafka_AdminOptions_set_isolation_level(opts.get(), query.isolation);
+    rd_kafka_ListOffsets(rk, list, opts.get(), qs.back().get());
+    rd_kafka_topic_partition_list_destroy(list);
+  }
+  for (size_t k = 0; k < queries.size(); ++k) {
+    auto ev = await_result(waits, qs[k].get(), timeout_ms, what, "Describe on topic " + topic);
+    if (!ev)
+      return ev.error();
+    size_t n = 0;
+    auto** infos =
+      rd_kafka_ListOffsets_result_infos(rd_kafka_event_ListOffsets_result(ev->get()), &n);
+    for (size_t i = 0; i < n; ++i) {
+      auto* tp = rd_kafka_ListOffsetsResultInfo_topic_partition(infos[i]);
+      if (std::find(partitions.begin(), partitions.end(), tp->partition) == partitions.end())
+        continue; // not asked for
+      if (tp->err)
+        return kafka_error(tp->err, what + " partition " + std::to_string(tp->partition));
+      out[k][tp->partition] = tp->offset;
+    }
+    for (auto p : partitions)
+      if (out[k].count(p) == 0)
+        return caf::make_error(ec::kafka_unavailable,
+                               what + ": partition " + std::to_string(p) + " missing");
+  }
+  return out;
 }
 
 std::string topic_id_text(const rd_kafka_Uuid_t* id) {

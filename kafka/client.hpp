@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -103,5 +104,77 @@ bool is_auth_error(rd_kafka_resp_err_t err);
 
 /// Kafka's text form of a topic id (Uuid.toString()).
 std::string topic_id_text(const rd_kafka_Uuid_t* id);
+
+// -- waiting for the broker, interruptibly -----------------------------------
+
+struct queue_deleter {
+  void operator()(rd_kafka_queue_t* q) const { rd_kafka_queue_destroy(q); }
+};
+struct event_deleter {
+  void operator()(rd_kafka_event_t* e) const { rd_kafka_event_destroy(e); }
+};
+struct options_deleter {
+  void operator()(rd_kafka_AdminOptions_t* o) const { rd_kafka_AdminOptions_destroy(o); }
+};
+using queue_ptr = std::unique_ptr<rd_kafka_queue_t, queue_deleter>;
+using event_ptr = std::unique_ptr<rd_kafka_event_t, event_deleter>;
+using options_ptr = std::unique_ptr<rd_kafka_AdminOptions_t, options_deleter>;
+
+/// The kill switch of an adapter's waits for the broker.  librdkafka's
+/// synchronous calls (rd_kafka_query_watermark_offsets, rd_kafka_clusterid,
+/// ...) cannot be cut short, so the adapters issue asynchronous requests
+/// whose results arrive on a queue of their own and wait for them here:
+/// interrupt() wakes every wait in progress at once (rd_kafka_queue_yield on
+/// the queue it polls) and makes every later one return at once.
+class interrupter {
+public:
+  /// From any thread.
+  void interrupt();
+  bool interrupted() const;
+  /// The next event on `q` within `timeout_ms`; null when the time is up or
+  /// when interrupted (interrupted() tells which).  `q` must stay alive
+  /// until this returns (the caller owns it).
+  event_ptr poll(rd_kafka_queue_t* q, int timeout_ms);
+
+private:
+  mutable std::mutex mtx_;
+  bool interrupted_ = false;
+  /// The queues polled right now (several threads may wait at once).
+  std::vector<rd_kafka_queue_t*> waiting_;
+};
+
+/// Admin options of `op` with `timeout_ms` as the request timeout.
+options_ptr make_admin_options(rd_kafka_t* rk, rd_kafka_admin_op_t op, int timeout_ms);
+
+/// An authorization/authentication failure (ec::invalid_config) of `what`,
+/// naming what is missing: `permission` (the ACL the request needs) or the
+/// credentials.
+caf::error auth_error(rd_kafka_resp_err_t code, const std::string& what,
+                      const std::string& detail, const std::string& permission);
+
+/// Waits (through `waits`) for the result event of an admin request issued
+/// with `timeout_ms` on `q`: ec::kafka_unavailable when it does not come
+/// within `timeout_ms` + 2 s or carries an error (an authorization failure:
+/// auth_error with `permission`), ec::shutting_down when interrupted.
+caf::expected<event_ptr> await_result(interrupter& waits, rd_kafka_queue_t* q, int timeout_ms,
+                                      const std::string& what, const std::string& permission);
+
+/// One ListOffsets question: which offset (earliest, latest) under which
+/// isolation level.
+struct offset_query {
+  rd_kafka_OffsetSpec_t spec;
+  rd_kafka_IsolationLevel_t isolation;
+};
+
+/// ListOffsets (the admin API, interruptible): for each of `queries`, the
+/// offset it asks for of each of `partitions` of `topic`.  The queries are
+/// in flight together (one round trip: a consumer's connection answers
+/// them only after its fetch in flight, up to fetch.wait.max.ms).  `what`
+/// names the call in errors ("list offsets of T"); a partition's own error
+/// names the partition, and so does an offset missing from an answer.
+caf::expected<std::vector<std::map<int32_t, int64_t>>>
+list_offsets(rd_kafka_t* rk, interrupter& waits, int timeout_ms, const std::string& what,
+             const std::string& topic, const std::vector<int32_t>& partitions,
+             const std::vector<offset_query>& queries);
 
 } // namespace qsp::kafka

@@ -1,5 +1,7 @@
 #include "kafka/dispatch_log_consumer.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <mutex>
 #include <utility>
 
@@ -173,22 +175,36 @@ dispatch_log_consumer::make(dispatch_log_consumer_config cfg) {
     new dispatch_log_consumer(std::move(cfg), std::move(*rk), std::move(errors))};
 }
 
+namespace {
+
+std::string partition_list(const std::vector<int32_t>& ps) {
+  std::string out;
+  for (auto p : ps)
+    out += (out.empty() ? "" : ",") + std::to_string(p);
+  return out;
+}
+
+struct partition_list_deleter {
+  void operator()(rd_kafka_topic_partition_list_t* l) const {
+    rd_kafka_topic_partition_list_destroy(l);
+  }
+};
+using partition_list_ptr =
+  std::unique_ptr<rd_kafka_topic_partition_list_t, partition_list_deleter>;
+
+caf::error stopping(const std::string& call, const std::string& topic) {
+  return caf::make_error(ec::shutting_down,
+                         call + " of " + topic + ": interrupted (the consumer is stopping)");
+}
+
+} // namespace
+
 caf::expected<void> dispatch_log_consumer::start(const std::map<int32_t, int64_t>& starts,
                                                  const std::map<int32_t, int32_t>& epochs) {
-  // Readiness: every start must lie in the retained range right now.
-  for (auto& [p, start] : starts) {
-    int64_t low = 0, high = 0;
-    auto err = rd_kafka_query_watermark_offsets(rk_.get(), cfg_.topic.c_str(), p, &low, &high,
-                                                cfg_.client.timeout_ms);
-    if (err)
-      return kafka_error(err, "watermarks of " + cfg_.topic + " partition " + std::to_string(p));
-    if (start < low || start > high)
-      return caf::make_error(ec::refused, "partition " + std::to_string(p)
-                                            + ": field start: stored \"" + std::to_string(start)
-                                            + "\", observed \"low=" + std::to_string(low)
-                                            + ",high=" + std::to_string(high)
-                                            + "\": start outside the retained range");
-  }
+  if (waits_.interrupted())
+    return stopping("start", cfg_.topic);
+  if (auto err = check_ranges(starts))
+    return err;
   // Detach each partition's queue from the consumer queue before assigning,
   // so no record of it can be fetched onto the consumer queue.
   for (auto& [p, start] : starts) {
@@ -209,39 +225,111 @@ caf::expected<void> dispatch_log_consumer::start(const std::map<int32_t, int64_t
   if (err)
     return kafka_error(err, "assign " + cfg_.topic);
   assigned_ = true;
+  if (auto err = seek_with_epochs(starts, epochs))
+    return err;
+  return caf::unit;
+}
+
+void dispatch_log_consumer::interrupt() {
+  waits_.interrupt();
+}
+
+caf::error dispatch_log_consumer::check_ranges(const std::map<int32_t, int64_t>& starts) {
+  std::vector<int32_t> ps;
+  for (auto& [p, start] : starts)
+    ps.push_back(p);
+  // What rd_kafka_query_watermark_offsets answered (it cannot be
+  // interrupted): the earliest offset and, under this consumer's
+  // read_committed, the last stable offset as high, asked together; here
+  // for every partition at once.
+  auto marks = list_offsets(
+    rk_.get(), waits_, cfg_.client.timeout_ms, "watermarks of " + cfg_.topic, cfg_.topic, ps,
+    {{RD_KAFKA_OFFSET_SPEC_EARLIEST, RD_KAFKA_ISOLATION_LEVEL_READ_COMMITTED},
+     {RD_KAFKA_OFFSET_SPEC_LATEST, RD_KAFKA_ISOLATION_LEVEL_READ_COMMITTED}});
+  if (!marks)
+    return marks.error();
+  auto& low = (*marks)[0];
+  auto& high = (*marks)[1];
+  for (auto& [p, start] : starts) {
+    int64_t lo = low.at(p), hi = high.at(p);
+    if (lo < 0 && hi >= 0)
+      lo = hi; // an empty partition, as rd_kafka_query_watermark_offsets reported it
+    if (start < lo || start > hi)
+      return caf::make_error(ec::refused, "partition " + std::to_string(p)
+                                            + ": field start: stored \"" + std::to_string(start)
+                                            + "\", observed \"low=" + std::to_string(lo)
+                                            + ",high=" + std::to_string(hi)
+                                            + "\": start outside the retained range");
+  }
+  return caf::none;
+}
+
+caf::error dispatch_log_consumer::seek_with_epochs(const std::map<int32_t, int64_t>& starts,
+                                                   const std::map<int32_t, int32_t>& epochs) {
   // KIP-320: an assignment is not validated, a seek with a leader epoch is.
   // Where the checkpoint's epoch is known, seek to the same start with it:
   // librdkafka asks the leader for the end offset of that epoch
   // (OffsetForLeaderEpoch) before fetching, and a log truncated below the
   // start comes back on the partition's queue as a truncation error (the
   // reader's refusal) instead of records of another history.
-  auto* seek = rd_kafka_topic_partition_list_new(static_cast<int>(epochs.size()));
+  std::map<int32_t, std::pair<int64_t, int32_t>> pending; // partition -> (offset, epoch)
   for (auto& [p, epoch] : epochs) {
     auto s = starts.find(p);
-    if (s == starts.end() || epoch < 0 || s->second <= 0)
-      continue;
-    auto* tp = rd_kafka_topic_partition_list_add(seek, cfg_.topic.c_str(), p);
-    tp->offset = s->second;
-    rd_kafka_topic_partition_set_leader_epoch(tp, epoch);
+    if (s != starts.end() && epoch >= 0 && s->second > 0)
+      pending.emplace(p, std::make_pair(s->second, epoch));
   }
-  if (seek->cnt > 0) {
-    if (auto* e = rd_kafka_seek_partitions(rk_.get(), seek, cfg_.client.timeout_ms)) {
+  // The seek answers once the partition's fetcher took the new position
+  // (no broker round trip), but rd_kafka_seek_partitions cannot be
+  // interrupted: it waits in slices, and a partition without an answer
+  // in a slice is sought again (same position and epoch: no change).
+  constexpr int slice_ms = 200;
+  auto deadline = std::chrono::steady_clock::now()
+                  + std::chrono::milliseconds(cfg_.client.timeout_ms);
+  int rounds = cfg_.client.timeout_ms / slice_ms + 1;
+  for (int round = 0; round < rounds && !pending.empty(); ++round) {
+    if (waits_.interrupted())
+      return stopping("seek", cfg_.topic);
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                  deadline - std::chrono::steady_clock::now())
+                  .count();
+    if (left <= 0)
+      break;
+    partition_list_ptr seek{rd_kafka_topic_partition_list_new(static_cast<int>(pending.size()))};
+    for (auto& [p, at] : pending) {
+      auto* tp = rd_kafka_topic_partition_list_add(seek.get(), cfg_.topic.c_str(), p);
+      tp->offset = at.first;
+      rd_kafka_topic_partition_set_leader_epoch(tp, at.second);
+    }
+    auto wait = static_cast<int>(std::min<int64_t>(left, slice_ms));
+    if (auto* e = rd_kafka_seek_partitions(rk_.get(), seek.get(), wait)) {
+      auto code = rd_kafka_error_code(e);
       std::string text = rd_kafka_error_string(e);
       rd_kafka_error_destroy(e);
-      rd_kafka_topic_partition_list_destroy(seek);
-      return caf::make_error(ec::kafka_unavailable,
-                             "seek " + cfg_.topic + " with the stored leader epochs: " + text);
+      if (code != RD_KAFKA_RESP_ERR__TIMED_OUT)
+        return caf::make_error(ec::kafka_unavailable,
+                               "seek " + cfg_.topic + " with the stored leader epochs: " + text);
     }
-    for (int i = 0; i < seek->cnt; ++i)
-      if (seek->elems[i].err) {
-        auto text = "seek " + cfg_.topic + " partition " + std::to_string(seek->elems[i].partition)
-                    + " with its stored leader epoch: " + rd_kafka_err2str(seek->elems[i].err);
-        rd_kafka_topic_partition_list_destroy(seek);
-        return caf::make_error(ec::kafka_unavailable, text);
-      }
+    for (int i = 0; i < seek->cnt; ++i) {
+      auto& tp = seek->elems[i];
+      if (tp.err == RD_KAFKA_RESP_ERR__IN_PROGRESS)
+        continue; // no answer in this slice
+      if (tp.err)
+        return caf::make_error(ec::kafka_unavailable,
+                               "seek " + cfg_.topic + " partition " + std::to_string(tp.partition)
+                                 + " with its stored leader epoch: " + rd_kafka_err2str(tp.err));
+      pending.erase(tp.partition);
+    }
   }
-  rd_kafka_topic_partition_list_destroy(seek);
-  return caf::unit;
+  if (!pending.empty()) {
+    std::vector<int32_t> ps;
+    for (auto& [p, at] : pending)
+      ps.push_back(p);
+    return caf::make_error(ec::kafka_unavailable,
+                           "seek " + cfg_.topic + " partitions " + partition_list(ps)
+                             + " with their stored leader epochs: no answer within "
+                             + std::to_string(cfg_.client.timeout_ms) + " ms");
+  }
+  return caf::none;
 }
 
 int32_t dispatch_log_consumer::position_epoch(int32_t partition, int64_t offset) {

@@ -52,6 +52,10 @@ public:
 
   caf::expected<void> start(const std::map<int32_t, int64_t>& starts,
                             const std::map<int32_t, int32_t>& epochs = {}) override;
+  /// start() waiting on the broker (the range check's ListOffsets, the
+  /// epoch seek) returns ec::shutting_down at once, and so does every later
+  /// start().
+  void interrupt() override;
   std::shared_ptr<partition_reader> reader(int32_t partition) override;
   /// The leader epoch of the application position (the last record or
   /// transaction marker consumed) of `partition` if that position is
@@ -75,6 +79,13 @@ public:
 private:
   dispatch_log_consumer(dispatch_log_consumer_config cfg, handle_ptr rk,
                         std::shared_ptr<error_sink> errors);
+  /// Readiness: every start lies in the broker's [low, high] (high: the
+  /// last stable offset) right now; ec::refused naming the partition and
+  /// the range otherwise.
+  caf::error check_ranges(const std::map<int32_t, int64_t>& starts);
+  /// KIP-320: seeks to the starts with their stored epochs.
+  caf::error seek_with_epochs(const std::map<int32_t, int64_t>& starts,
+                              const std::map<int32_t, int32_t>& epochs);
   /// One client-level error (`count` occurrences): counted, and either made
   /// the final `result` or logged (rate-limited).
   void client_error(rd_kafka_resp_err_t err, const std::string& text, uint64_t count,
@@ -83,6 +94,7 @@ private:
   dispatch_log_consumer_config cfg_;
   handle_ptr rk_;
   std::shared_ptr<error_sink> errors_;  ///< fed by librdkafka's error_cb
+  interrupter waits_;
   bool assigned_ = false;
   /// Per-partition queues, detached from the consumer queue *before* assign:
   /// otherwise records fetched in between land on the consumer queue.

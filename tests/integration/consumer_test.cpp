@@ -2,7 +2,9 @@
 // starts, the [low, high] readiness check, per-partition order, and progress
 // past transaction markers from the partition-EOF offset; client-level errors
 // (unreachable brokers) counted, not final.
+#include <atomic>
 #include <condition_variable>
+#include <future>
 #include <mutex>
 #include <thread>
 
@@ -201,4 +203,44 @@ TEST(DispatchLogConsumer, UnreachableBrokersAreCountedAndNotFinal) {
   for (auto& n : names)
     transport |= n == "_TRANSPORT" || n == "_ALL_BROKERS_DOWN" || n == "_RESOLVE";
   EXPECT_TRUE(transport) << (names.empty() ? std::string{"none"} : names.front());
+}
+
+// Kafka calls are interruptible (issue 25): start() against a broker that
+// never answers returns ec::shutting_down at once when interrupted, long
+// before kafka.timeout-ms, and so does every later start().
+TEST(DispatchLogConsumer, InterruptEndsAStartWaitingOnABlackHoledBroker) {
+  test::black_hole hole;
+  auto cfg = consumer_config(test::unique_name("consumer-hole"));
+  cfg.client.bootstrap_servers = hole.address();
+  cfg.client.timeout_ms = 30000;
+  auto made = kafka::dispatch_log_consumer::make(cfg);
+  ASSERT_TRUE(made) << describe(made.error());
+  auto log = *made;
+  std::atomic<bool> entered{false};
+  std::promise<caf::expected<void>> result;
+  auto done = result.get_future();
+  std::thread caller([&] {
+    entered = true;
+    result.set_value(log->start({{0, 0}, {1, 0}}));
+  });
+  ASSERT_TRUE(test::eventually([&] { return entered.load() && hole.accepted() > 0; }, 10s));
+  // Blocked in the broker call: the black hole never answers.
+  ASSERT_EQ(done.wait_for(500ms), std::future_status::timeout) << "start() returned";
+  auto before = std::chrono::steady_clock::now();
+  log->interrupt();
+  auto status = done.wait_for(5s);
+  auto took = std::chrono::steady_clock::now() - before;
+  // Without the interrupt it returns after kafka.timeout-ms (bounded).
+  caller.join();
+  ASSERT_EQ(status, std::future_status::ready) << "start() still waited 5 s after interrupt()";
+  auto r = done.get();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(static_cast<ec>(r.error().code()), ec::shutting_down) << describe(r.error());
+  EXPECT_LT(took, 1s);
+  // Every later call returns at once.
+  before = std::chrono::steady_clock::now();
+  auto again = log->start({{2, 0}});
+  ASSERT_FALSE(again);
+  EXPECT_EQ(static_cast<ec>(again.error().code()), ec::shutting_down) << describe(again.error());
+  EXPECT_LT(std::chrono::steady_clock::now() - before, 1s);
 }

@@ -5,12 +5,19 @@
 // and the command timeout is far away.
 #include <signal.h>
 
+#include <atomic>
+#include <cstdio>
+#include <mutex>
+#include <vector>
+
 #include <gtest/gtest.h>
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
 
 #include "caf/all.hpp"
 
+#include "actors/projection.hpp"
+#include "adapters/real_ports.hpp"
 #include "qsession/projection.hpp"
 #include "kafka/producer.hpp"
 #include "qsession/projection/projection.hpp"
@@ -104,6 +111,189 @@ TEST(Supervision, AnExitMessageEndsEveryChildAndBlockingCall) {
 
 TEST(Supervision, ALinkedHostActorThatDiesEndsEveryChildAndBlockingCall) {
   end_with_redis_frozen(ending::linked_host_dies);
+}
+
+namespace {
+
+/// The broker calls of one side of the ports: how many began, and how each
+/// ended (describe() of the error, "" for success).
+struct broker_calls {
+  std::atomic<int> entered{0};
+  std::mutex mtx;
+  std::vector<caf::error> ended;
+  template <class T>
+  T done(T result) {
+    std::lock_guard<std::mutex> g{mtx};
+    ended.push_back(result ? caf::error{} : result.error());
+    return result;
+  }
+  std::vector<caf::error> results() {
+    std::lock_guard<std::mutex> g{mtx};
+    return ended;
+  }
+};
+
+class watched_inspector final : public broker_inspector {
+public:
+  watched_inspector(std::unique_ptr<broker_inspector> inner, std::shared_ptr<broker_calls> calls)
+    : inner_(std::move(inner)), calls_(std::move(calls)) {}
+  caf::expected<broker_state> inspect(const std::string& topic) override {
+    ++calls_->entered;
+    return calls_->done(inner_->inspect(topic));
+  }
+  caf::expected<broker_state> identity(const std::string& topic) override {
+    ++calls_->entered;
+    return calls_->done(inner_->identity(topic));
+  }
+  void interrupt() override { inner_->interrupt(); }
+
+private:
+  std::unique_ptr<broker_inspector> inner_;
+  std::shared_ptr<broker_calls> calls_;
+};
+
+class watched_log final : public dispatch_log {
+public:
+  watched_log(std::shared_ptr<dispatch_log> inner, std::shared_ptr<broker_calls> calls)
+    : inner_(std::move(inner)), calls_(std::move(calls)) {}
+  caf::expected<void> start(const std::map<int32_t, int64_t>& starts,
+                            const std::map<int32_t, int32_t>& epochs) override {
+    ++calls_->entered;
+    return calls_->done(inner_->start(starts, epochs));
+  }
+  caf::expected<void> add(const std::map<int32_t, int64_t>& starts,
+                          const std::map<int32_t, int32_t>& epochs) override {
+    ++calls_->entered;
+    return calls_->done(inner_->add(starts, epochs));
+  }
+  caf::expected<void> remove(const std::vector<int32_t>& ps) override { return inner_->remove(ps); }
+  std::shared_ptr<partition_reader> reader(int32_t p) override { return inner_->reader(p); }
+  int64_t log_end(int32_t p) override { return inner_->log_end(p); }
+  void interrupt() override { inner_->interrupt(); }
+
+private:
+  std::shared_ptr<dispatch_log> inner_;
+  std::shared_ptr<broker_calls> calls_;
+};
+
+/// Real ports with the inspector and the dispatch log taken from the ports
+/// given for each, their broker calls watched.
+class split_ports final : public port_factory {
+public:
+  std::shared_ptr<port_factory> inspection, log, redis;
+  std::shared_ptr<broker_calls> inspector_calls = std::make_shared<broker_calls>();
+  std::shared_ptr<broker_calls> log_calls = std::make_shared<broker_calls>();
+
+  caf::expected<std::unique_ptr<broker_inspector>> make_inspector() override {
+    auto made = inspection->make_inspector();
+    if (!made)
+      return made.error();
+    return std::unique_ptr<broker_inspector>{
+      new watched_inspector(std::move(*made), inspector_calls)};
+  }
+  caf::expected<std::shared_ptr<dispatch_log>> make_dispatch_log() override {
+    auto made = log->make_dispatch_log();
+    if (!made)
+      return made.error();
+    return std::shared_ptr<dispatch_log>{std::make_shared<watched_log>(*made, log_calls)};
+  }
+  caf::expected<std::unique_ptr<checkpoint_store>> make_checkpoint_store() override {
+    return redis->make_checkpoint_store();
+  }
+  caf::expected<std::unique_ptr<session_store>> make_session_store() override {
+    return redis->make_session_store();
+  }
+  caf::expected<std::unique_ptr<cluster_store>> make_cluster_store() override {
+    return redis->make_cluster_store();
+  }
+};
+
+enum class dark { everything, the_log };
+
+// Issue 25: a shutdown while the projection waits on a broker that never
+// answers.  The Kafka calls are interrupted, so `shutdown` answers ok within
+// projection.shutdown-timeout (2 s) with every librdkafka handle gone,
+// although kafka.timeout-ms (30 s) is far away.
+void shutdown_while_the_broker_is_black_holed(dark what) {
+  test::black_hole hole;
+  auto topic = test::unique_name("black-holed");
+  auto ns = test::unique_name("ns");
+  auto convs = test::unique_name("convs") + ":";
+  test::create_topic(topic, 2);
+  auto ps = test::projection_settings_for(topic, 2, ns, convs);
+  ps.kafka.timeout = 30s;
+  ps.shutdown_timeout = 2s;
+  auto blind = ps;
+  blind.kafka.bootstrap_servers = hole.address();
+  // The projection's I/O token: every handle and connection holds it.
+  auto io = std::make_shared<int>(0);
+  std::weak_ptr<void> io_left = io;
+  real_ports_options ro;
+  ro.io = io;
+  auto ports = std::make_shared<split_ports>();
+  ports->redis = make_real_ports(ps, ro);
+  ports->log = make_real_ports(blind, ro);
+  // everything: the verifier waits in the inspection; the_log: the real
+  // broker answers it, and the verifier waits in the consumer's start().
+  ports->inspection = what == dark::everything ? ports->log : ports->redis;
+  ro.io.reset();
+  io.reset();
+  auto waiting = what == dark::everything ? ports->inspector_calls : ports->log_calls;
+
+  host_config cfg;
+  auto sys = std::make_unique<caf::actor_system>(cfg);
+  projection_options opts;
+  opts.io = io_left;
+  auto proj = spawn_projection(*sys, ps, ports, std::make_shared<core::json_decoder>(),
+                               std::make_shared<metrics>(), opts);
+  ports.reset();
+  ASSERT_TRUE(proj) << describe(proj.error());
+  ASSERT_TRUE(eventually([&] { return waiting->entered.load() > 0; }, 30s))
+    << "the projection never called the black-holed broker";
+  EXPECT_TRUE(waiting->results().empty()) << "the broker call returned";
+  EXPECT_GT(hole.accepted(), 0);
+  auto self = std::make_unique<caf::scoped_actor>(*sys);
+  // What the node claims meanwhile: verifying, not ready.
+  (*self)->request(*proj, 5s, atom::status_v)
+    .receive(
+      [&](const projection_status& st) {
+        EXPECT_EQ(st.state, "verifying");
+        EXPECT_FALSE(st.ready);
+      },
+      [&](caf::error& err) { ADD_FAILURE() << "status: " << describe(err); });
+
+  auto before = std::chrono::steady_clock::now();
+  caf::error answer = caf::make_error(ec::unspecified, "no answer");
+  (*self)->request(*proj, 60s, atom::shutdown_v)
+    .receive([&](caf::ok_atom) { answer = caf::error{}; }, [&](caf::error& err) { answer = err; });
+  auto took = std::chrono::steady_clock::now() - before;
+  std::printf("shutdown answered in %lld ms with the broker black-holed\n",
+              static_cast<long long>(
+                std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
+  EXPECT_FALSE(answer) << describe(answer);
+  EXPECT_LT(took, ps.shutdown_timeout);
+  // Every handle and connection is gone: `shutdown` waited for it.
+  EXPECT_TRUE(io_left.expired());
+  // The waiting call ended interrupted, not timed out.
+  auto ended = waiting->results();
+  ASSERT_EQ(ended.size(), 1u);
+  ASSERT_TRUE(ended[0]);
+  EXPECT_EQ(static_cast<ec>(ended[0].code()), ec::shutting_down) << describe(ended[0]);
+  self.reset();
+  proj = caf::error{};
+  sys.reset();
+  auto admin = kafka::admin::make(test::kafka_client());
+  (*admin)->delete_topic(topic);
+}
+
+} // namespace
+
+TEST(Supervision, ShutdownWhileTheInspectionWaitsOnABlackHoledBroker) {
+  shutdown_while_the_broker_is_black_holed(dark::everything);
+}
+
+TEST(Supervision, ShutdownWhileTheConsumersStartWaitsOnABlackHoledBroker) {
+  shutdown_while_the_broker_is_black_holed(dark::the_log);
 }
 
 /// A host's sink: keeps every formatted line.

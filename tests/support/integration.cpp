@@ -6,6 +6,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <atomic>
 #include <random>
 #include <sstream>
@@ -21,6 +23,7 @@
 #include <set>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -727,6 +730,66 @@ uint16_t free_port() {
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   ::close(fd);
   return ntohs(addr.sin_port);
+}
+
+black_hole::black_hole() {
+  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (listen_fd_ < 0)
+    throw std::runtime_error("black_hole: socket: " + std::string{std::strerror(errno)});
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0
+      || ::listen(listen_fd_, 64) != 0
+      || ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    ::close(listen_fd_);
+    throw std::runtime_error("black_hole: bind/listen on 127.0.0.1: "
+                             + std::string{std::strerror(errno)});
+  }
+  port_ = ntohs(addr.sin_port);
+  thread_ = std::thread([this] { run(); });
+}
+
+black_hole::~black_hole() {
+  stop_ = true;
+  thread_.join();
+  ::close(listen_fd_);
+}
+
+std::string black_hole::address() const {
+  return "127.0.0.1:" + std::to_string(port_);
+}
+
+void black_hole::run() {
+  std::vector<pollfd> fds{{listen_fd_, POLLIN, 0}};
+  auto until = std::chrono::steady_clock::now() + std::chrono::minutes(10);
+  while (!stop_ && std::chrono::steady_clock::now() < until) {
+    if (::poll(fds.data(), fds.size(), 50) <= 0)
+      continue;
+    if (fds[0].revents & POLLIN) {
+      int c = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c >= 0) {
+        fds.push_back(pollfd{c, POLLIN, 0});
+        ++accepted_;
+      }
+    }
+    for (size_t i = 1; i < fds.size();) {
+      if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) {
+        char buf[4096];
+        auto n = ::read(fds[i].fd, buf, sizeof(buf));
+        if (n <= 0) { // the client closed it
+          ::close(fds[i].fd);
+          fds.erase(fds.begin() + static_cast<long>(i));
+          continue;
+        }
+        received_ += static_cast<size_t>(n);
+      }
+      ++i;
+    }
+  }
+  for (size_t i = 1; i < fds.size(); ++i)
+    ::close(fds[i].fd);
 }
 
 int sh(const std::string& cmd) {

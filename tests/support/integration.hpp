@@ -3,6 +3,7 @@
 // topic, namespace and key prefix.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -221,6 +222,33 @@ bool eventually(Pred pred, std::chrono::milliseconds limit = std::chrono::second
 
 /// A free loopback TCP port (bound and released; a small race is possible).
 uint16_t free_port();
+
+/// A broker that never answers: a loopback TCP listener that accepts every
+/// connection, reads and drops what it is sent and never writes a byte,
+/// until destroyed (at most 10 minutes).  A client pointed at it waits in
+/// every request until its own timeout.
+class black_hole {
+public:
+  black_hole();
+  ~black_hole();
+  black_hole(const black_hole&) = delete;
+  black_hole& operator=(const black_hole&) = delete;
+  /// "127.0.0.1:port".
+  std::string address() const;
+  /// Connections accepted so far.
+  int accepted() const { return accepted_.load(); }
+  /// Bytes received (and dropped) so far.
+  size_t received() const { return received_.load(); }
+
+private:
+  void run();
+  int listen_fd_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> accepted_{0};
+  std::atomic<size_t> received_{0};
+  std::thread thread_;
+};
 
 /// Runs a shell command; returns its exit code.
 int sh(const std::string& cmd);
