@@ -34,15 +34,25 @@ bool is_log_truncation(const rd_kafka_message_t* m) {
 
 class rd_partition_reader final : public partition_reader {
 public:
-  rd_partition_reader(std::shared_ptr<dispatch_log_consumer> owner, rd_kafka_queue_t* q,
+  using slot_ptr = std::shared_ptr<dispatch_log_consumer::partition_queue>;
+
+  rd_partition_reader(std::shared_ptr<dispatch_log_consumer> owner, slot_ptr slot,
                       std::string topic, int32_t partition)
-    : owner_(std::move(owner)), q_(q), topic_(std::move(topic)), partition_(partition) {}
+    : owner_(std::move(owner)), slot_(std::move(slot)), q_(slot_->q), topic_(std::move(topic)),
+      partition_(partition) {}
 
   ~rd_partition_reader() override {
+    if (!wake_)
+      return;
+    // A reader made after this one (the partition was removed and added
+    // again) may have registered its own callback: that one stays.
+    std::lock_guard<std::mutex> guard{slot_->mtx};
+    if (slot_->waker != this)
+      return;
     // Takes the queue's lock: once it returns, the callback neither runs
     // nor will run, so `wake_` may go.
-    if (wake_)
-      rd_kafka_queue_cb_event_enable(q_, nullptr, nullptr);
+    rd_kafka_queue_cb_event_enable(q_, nullptr, nullptr);
+    slot_->waker = nullptr;
   }
 
   int32_t position_epoch(int64_t offset) override {
@@ -50,12 +60,15 @@ public:
   }
 
   void on_data(std::function<void()> wake) override {
-    if (wake_)
-      rd_kafka_queue_cb_event_enable(q_, nullptr, nullptr);
-    wake_ = std::make_unique<std::function<void()>>(std::move(wake));
+    auto next = std::make_unique<std::function<void()>>(std::move(wake));
+    std::lock_guard<std::mutex> guard{slot_->mtx};
     // librdkafka calls this from its own thread when an element is enqueued
-    // on the (previously empty) partition queue.
-    rd_kafka_queue_cb_event_enable(q_, &rd_partition_reader::on_event, wake_.get());
+    // on the (previously empty) partition queue.  Replacing the callback
+    // takes the queue's lock: the former one (this reader's or an earlier
+    // reader's) neither runs nor will run once this returns.
+    rd_kafka_queue_cb_event_enable(q_, &rd_partition_reader::on_event, next.get());
+    slot_->waker = this;
+    wake_ = std::move(next);
   }
 
   caf::expected<void> poll(size_t max, std::vector<log_record>& out, int64_t& passed) override {
@@ -129,6 +142,7 @@ private:
   std::string where() const { return "topic " + topic_ + " partition " + std::to_string(partition_); }
 
   std::shared_ptr<dispatch_log_consumer> owner_;
+  slot_ptr slot_;
   rd_kafka_queue_t* q_;
   std::string topic_;
   int32_t partition_;
@@ -143,10 +157,10 @@ dispatch_log_consumer::dispatch_log_consumer(dispatch_log_consumer_config cfg, h
   : cfg_(std::move(cfg)), rk_(std::move(rk)), errors_(std::move(errors)) {}
 
 dispatch_log_consumer::~dispatch_log_consumer() {
-  if (rk_ && assigned_)
+  // Readers hold this object: none is left.  The queues go before the handle.
+  if (rk_ && !assigned_.empty())
     rd_kafka_assign(rk_.get(), nullptr);
-  for (auto& [p, q] : queues_)
-    rd_kafka_queue_destroy(q);
+  queues_.clear();
 }
 
 caf::expected<std::shared_ptr<dispatch_log_consumer>>
@@ -201,37 +215,83 @@ caf::error stopping(const std::string& call, const std::string& topic) {
 
 caf::expected<void> dispatch_log_consumer::start(const std::map<int32_t, int64_t>& starts,
                                                  const std::map<int32_t, int32_t>& epochs) {
-  if (waits_.interrupted())
-    return stopping("start", cfg_.topic);
-  if (auto err = check_ranges(starts))
-    return err;
-  // Detach each partition's queue from the consumer queue before assigning,
-  // so no record of it can be fetched onto the consumer queue.
-  for (auto& [p, start] : starts) {
-    if (queues_.count(p))
-      continue;
-    auto* q = rd_kafka_queue_get_partition(rk_.get(), cfg_.topic.c_str(), p);
-    if (q == nullptr)
-      return caf::make_error(ec::kafka_read, "no queue for " + cfg_.topic + " partition "
-                                               + std::to_string(p));
-    rd_kafka_queue_forward(q, nullptr);
-    queues_.emplace(p, q);
-  }
-  auto* list = rd_kafka_topic_partition_list_new(static_cast<int>(starts.size()));
-  for (auto& [p, start] : starts)
-    rd_kafka_topic_partition_list_add(list, cfg_.topic.c_str(), p)->offset = start;
-  auto err = rd_kafka_assign(rk_.get(), list);
-  rd_kafka_topic_partition_list_destroy(list);
-  if (err)
-    return kafka_error(err, "assign " + cfg_.topic);
-  assigned_ = true;
-  if (auto err = seek_with_epochs(starts, epochs))
-    return err;
-  return caf::unit;
+  return assign(starts, epochs, true);
+}
+
+caf::expected<void> dispatch_log_consumer::add(const std::map<int32_t, int64_t>& starts,
+                                               const std::map<int32_t, int32_t>& epochs) {
+  return assign(starts, epochs, false);
 }
 
 void dispatch_log_consumer::interrupt() {
   waits_.interrupt();
+}
+
+caf::expected<void> dispatch_log_consumer::assign(const std::map<int32_t, int64_t>& starts,
+                                                  const std::map<int32_t, int32_t>& epochs,
+                                                  bool replace) {
+  std::string call = replace ? "start" : "add";
+  if (waits_.interrupted())
+    return stopping(call, cfg_.topic);
+  std::vector<int32_t> before;
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    before.assign(assigned_.begin(), assigned_.end());
+  }
+  if (!replace)
+    for (auto& [p, start] : starts)
+      if (std::binary_search(before.begin(), before.end(), p))
+        return caf::make_error(ec::invalid_config,
+                               call + " of " + cfg_.topic + ": partition " + std::to_string(p)
+                                 + " is already assigned to this consumer");
+  if (auto err = check_ranges(starts))
+    return err;
+  // Detach each partition's queue from the consumer queue before assigning,
+  // so no record of it can be fetched onto the consumer queue.  A queue made
+  // for an earlier assignment of the partition is still detached.
+  std::vector<int32_t> added;
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    for (auto& [p, start] : starts) {
+      added.push_back(p);
+      if (queues_.count(p) > 0)
+        continue;
+      auto* q = rd_kafka_queue_get_partition(rk_.get(), cfg_.topic.c_str(), p);
+      if (q == nullptr)
+        return caf::make_error(ec::kafka_read, "no queue for " + cfg_.topic + " partition "
+                                                 + std::to_string(p));
+      rd_kafka_queue_forward(q, nullptr);
+      auto slot = std::make_shared<partition_queue>();
+      slot->q = q;
+      queues_.emplace(p, std::move(slot));
+    }
+  }
+  // start(): the assignment becomes exactly `starts`, as rd_kafka_assign
+  // would make it; an unsubscribed consumer may mix both kinds of call.
+  if (replace && !before.empty())
+    if (auto err = unassign(before, call))
+      return err;
+  if (!added.empty()) {
+    partition_list_ptr list{rd_kafka_topic_partition_list_new(static_cast<int>(starts.size()))};
+    for (auto& [p, start] : starts)
+      rd_kafka_topic_partition_list_add(list.get(), cfg_.topic.c_str(), p)->offset = start;
+    if (auto* e = rd_kafka_incremental_assign(rk_.get(), list.get())) {
+      std::string text = rd_kafka_error_string(e);
+      auto code = rd_kafka_error_code(e);
+      rd_kafka_error_destroy(e);
+      return kafka_error(code, call + ": incremental assign of " + cfg_.topic + " partitions "
+                                 + partition_list(added) + " (" + text + ")");
+    }
+    std::lock_guard<std::mutex> guard{mtx_};
+    assigned_.insert(added.begin(), added.end());
+  }
+  if (auto err = seek_with_epochs(starts, epochs)) {
+    // Not half added: the caller may add them again.
+    if (auto undo = unassign(added, call); undo && cfg_.client.logs)
+      cfg_.client.logs->warn("{}", describe(undo));
+    return err;
+  }
+  return caf::unit;
 }
 
 caf::error dispatch_log_consumer::check_ranges(const std::map<int32_t, int64_t>& starts) {
@@ -332,6 +392,43 @@ caf::error dispatch_log_consumer::seek_with_epochs(const std::map<int32_t, int64
   return caf::none;
 }
 
+caf::expected<void> dispatch_log_consumer::remove(const std::vector<int32_t>& partitions) {
+  std::vector<int32_t> gone;
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    for (auto p : partitions)
+      if (assigned_.count(p) > 0 && std::find(gone.begin(), gone.end(), p) == gone.end())
+        gone.push_back(p);
+  }
+  if (gone.empty())
+    return caf::unit;
+  if (auto err = unassign(gone, "remove"))
+    return err;
+  return caf::unit;
+}
+
+caf::error dispatch_log_consumer::unassign(const std::vector<int32_t>& partitions,
+                                           const std::string& call) {
+  if (partitions.empty())
+    return caf::none;
+  partition_list_ptr list{rd_kafka_topic_partition_list_new(static_cast<int>(partitions.size()))};
+  for (auto p : partitions)
+    rd_kafka_topic_partition_list_add(list.get(), cfg_.topic.c_str(), p);
+  // Stops the partitions' fetchers (their queued records are dropped as
+  // outdated); a local operation, no broker round trip.
+  if (auto* e = rd_kafka_incremental_unassign(rk_.get(), list.get())) {
+    std::string text = rd_kafka_error_string(e);
+    auto code = rd_kafka_error_code(e);
+    rd_kafka_error_destroy(e);
+    return kafka_error(code, call + ": incremental unassign of " + cfg_.topic + " partitions "
+                               + partition_list(partitions) + " (" + text + ")");
+  }
+  std::lock_guard<std::mutex> guard{mtx_};
+  for (auto p : partitions)
+    assigned_.erase(p);
+  return caf::none;
+}
+
 int32_t dispatch_log_consumer::position_epoch(int32_t partition, int64_t offset) {
   auto* list = rd_kafka_topic_partition_list_new(1);
   rd_kafka_topic_partition_list_add(list, cfg_.topic.c_str(), partition);
@@ -343,16 +440,24 @@ int32_t dispatch_log_consumer::position_epoch(int32_t partition, int64_t offset)
 }
 
 std::shared_ptr<partition_reader> dispatch_log_consumer::reader(int32_t partition) {
-  auto i = queues_.find(partition);
-  if (i == queues_.end())
-    return nullptr; // not assigned by start()
-  return std::make_shared<rd_partition_reader>(shared_from_this(), i->second, cfg_.topic,
+  std::shared_ptr<partition_queue> slot;
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    auto i = queues_.find(partition);
+    if (i == queues_.end() || assigned_.count(partition) == 0)
+      return nullptr; // not assigned
+    slot = i->second;
+  }
+  return std::make_shared<rd_partition_reader>(shared_from_this(), std::move(slot), cfg_.topic,
                                                partition);
 }
 
 int64_t dispatch_log_consumer::log_end(int32_t partition) {
-  if (queues_.count(partition) == 0)
-    return -1; // not assigned by start()
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    if (assigned_.count(partition) == 0)
+      return -1; // not assigned
+  }
   int64_t low = -1, high = -1;
   if (rd_kafka_get_watermark_offsets(rk_.get(), cfg_.topic.c_str(), partition, &low, &high)
       != RD_KAFKA_RESP_ERR_NO_ERROR)

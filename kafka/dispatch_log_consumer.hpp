@@ -16,7 +16,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "kafka/client.hpp"
 #include "ports/ports.hpp"
@@ -50,12 +52,24 @@ public:
 
   ~dispatch_log_consumer() override;
 
+  /// The assignment becomes exactly `starts` (librdkafka's incremental
+  /// assign on what is assigned now, normally nothing: one code path with
+  /// add()).
   caf::expected<void> start(const std::map<int32_t, int64_t>& starts,
                             const std::map<int32_t, int32_t>& epochs = {}) override;
-  /// start() waiting on the broker (the range check's ListOffsets, the
-  /// epoch seek) returns ec::shutting_down at once, and so does every later
-  /// start().
+  /// Incremental assign of `starts` after the same checks as start(); a
+  /// partition already assigned is ec::invalid_config, and nothing is
+  /// assigned then.  A failed epoch seek takes the new partitions off again.
+  caf::expected<void> add(const std::map<int32_t, int64_t>& starts,
+                          const std::map<int32_t, int32_t>& epochs = {}) override;
+  /// Incremental unassign.  The partitions' queues stay (readers made before
+  /// may outlive the removal; a later add() reuses the queue).
+  caf::expected<void> remove(const std::vector<int32_t>& partitions) override;
+  /// start() and add() waiting on the broker (the range check's ListOffsets,
+  /// the epoch seek) return ec::shutting_down at once, and so does every
+  /// later start() or add().
   void interrupt() override;
+  /// A reader of an assigned partition; null for any other.
   std::shared_ptr<partition_reader> reader(int32_t partition) override;
   /// The leader epoch of the application position (the last record or
   /// transaction marker consumed) of `partition` if that position is
@@ -76,9 +90,25 @@ public:
   /// (the projection only lags).
   caf::error poll_events();
 
+  /// One partition's queue, detached from the consumer queue, and which
+  /// reader's wake-up callback is registered on it (successive readers of a
+  /// partition removed and added again share the queue).
+  struct partition_queue {
+    rd_kafka_queue_t* q = nullptr;
+    std::mutex mtx;               ///< orders the readers' (un)registrations
+    const void* waker = nullptr;  ///< the reader whose callback is registered
+    ~partition_queue() {
+      if (q != nullptr)
+        rd_kafka_queue_destroy(q);
+    }
+  };
+
 private:
   dispatch_log_consumer(dispatch_log_consumer_config cfg, handle_ptr rk,
                         std::shared_ptr<error_sink> errors);
+  /// start() (`replace`: what is assigned now goes first) and add().
+  caf::expected<void> assign(const std::map<int32_t, int64_t>& starts,
+                             const std::map<int32_t, int32_t>& epochs, bool replace);
   /// Readiness: every start lies in the broker's [low, high] (high: the
   /// last stable offset) right now; ec::refused naming the partition and
   /// the range otherwise.
@@ -86,6 +116,8 @@ private:
   /// KIP-320: seeks to the starts with their stored epochs.
   caf::error seek_with_epochs(const std::map<int32_t, int64_t>& starts,
                               const std::map<int32_t, int32_t>& epochs);
+  /// Incremental unassign of `partitions` (all assigned) and bookkeeping.
+  caf::error unassign(const std::vector<int32_t>& partitions, const std::string& call);
   /// One client-level error (`count` occurrences): counted, and either made
   /// the final `result` or logged (rate-limited).
   void client_error(rd_kafka_resp_err_t err, const std::string& text, uint64_t count,
@@ -95,10 +127,14 @@ private:
   handle_ptr rk_;
   std::shared_ptr<error_sink> errors_;  ///< fed by librdkafka's error_cb
   interrupter waits_;
-  bool assigned_ = false;
+  /// Guards queues_ and assigned_: start(), add() and remove() change them
+  /// on the caller's thread while reader() and log_end() read them on others.
+  std::mutex mtx_;
   /// Per-partition queues, detached from the consumer queue *before* assign:
-  /// otherwise records fetched in between land on the consumer queue.
-  std::map<int32_t, rd_kafka_queue_t*> queues_;
+  /// otherwise records fetched in between land on the consumer queue.  Kept
+  /// after a partition's removal.
+  std::map<int32_t, std::shared_ptr<partition_queue>> queues_;
+  std::set<int32_t> assigned_;
   /// Rate limit of the client-error log lines: error name -> last logged.
   std::mutex log_mtx_;
   std::map<std::string, std::chrono::steady_clock::time_point> last_logged_;

@@ -1,7 +1,8 @@
 // The reusable dispatch-log consumer against the real broker: explicit
 // starts, the [low, high] readiness check, per-partition order, and progress
 // past transaction markers from the partition-EOF offset; client-level errors
-// (unreachable brokers) counted, not final.
+// (unreachable brokers) counted, not final; partitions added and removed on a
+// running consumer; a start() interrupted while the broker never answers.
 #include <atomic>
 #include <condition_variable>
 #include <future>
@@ -205,9 +206,154 @@ TEST(DispatchLogConsumer, UnreachableBrokersAreCountedAndNotFinal) {
   EXPECT_TRUE(transport) << (names.empty() ? std::string{"none"} : names.front());
 }
 
+namespace {
+
+/// Polls `r` until it has passed `end` (partition EOF), for at most 30 s;
+/// the offsets of the records read, in the order read.
+std::vector<int64_t> read_to(partition_reader& r, int64_t& passed, int64_t end) {
+  std::vector<int64_t> offsets;
+  bool reached = test::eventually(
+    [&] {
+      std::vector<log_record> out;
+      auto ok = r.poll(100, out, passed);
+      EXPECT_TRUE(ok) << describe(ok.error());
+      for (auto& rec : out)
+        offsets.push_back(rec.offset);
+      return passed >= end;
+    },
+    30s);
+  EXPECT_TRUE(reached) << "passed " << passed << ", expected " << end;
+  return offsets;
+}
+
+std::vector<int64_t> range(int64_t from, int64_t to) {
+  std::vector<int64_t> out;
+  for (auto o = from; o < to; ++o)
+    out.push_back(o);
+  return out;
+}
+
+} // namespace
+
+// DESIGN.md §12 (handover): partitions join and leave a running consumer;
+// the others keep fetching from where they are.
+TEST(DispatchLogConsumer, AddsAndRemovesPartitionsIncrementally) {
+  auto topic = test::unique_name("consumer-incr");
+  test::create_topic(topic, 3);
+  auto prod = kafka::producer::make(test::kafka_client());
+  auto append = [&](int32_t p, int n) {
+    for (int i = 0; i < n; ++i)
+      ASSERT_TRUE(prod->send(topic, p, core::encode_json(test::make_dispatch(p * 1000 + i))));
+  };
+  for (int32_t p = 0; p < 3; ++p)
+    append(p, 20);
+  ASSERT_TRUE(prod->flush());
+  auto made = kafka::dispatch_log_consumer::make(consumer_config(topic));
+  ASSERT_TRUE(made) << describe(made.error());
+  auto log = *made;
+  ASSERT_TRUE(log->start({{0, 0}, {1, 5}}));
+  EXPECT_EQ(log->reader(2), nullptr);
+  auto r0 = log->reader(0);
+  auto r1 = log->reader(1);
+  ASSERT_NE(r0, nullptr);
+  ASSERT_NE(r1, nullptr);
+  // The first reader of partition 0 asks for wake-ups; it outlives the
+  // partition's removal below.
+  std::atomic<int> old_wakes{0};
+  r0->on_data([&] { ++old_wakes; });
+  int64_t passed0 = -1, passed1 = -1, passed2 = -1;
+  EXPECT_EQ(read_to(*r0, passed0, 20), range(0, 20));
+  EXPECT_EQ(read_to(*r1, passed1, 20), range(5, 20));
+
+  // Added at an explicit start: read from exactly there.
+  auto added = log->add({{2, 7}});
+  ASSERT_TRUE(added) << describe(added.error());
+  auto r2 = log->reader(2);
+  ASSERT_NE(r2, nullptr);
+  EXPECT_EQ(read_to(*r2, passed2, 20), range(7, 20));
+
+  // Removed: partition 0 delivers nothing more, 1 and 2 go on.
+  ASSERT_TRUE(log->remove({0}));
+  EXPECT_EQ(log->reader(0), nullptr);
+  EXPECT_EQ(log->log_end(0), -1);
+  ASSERT_TRUE(log->remove({0})) << "removing a partition not assigned is ignored";
+  for (int32_t p = 0; p < 3; ++p)
+    append(p, 5);
+  ASSERT_TRUE(prod->flush());
+  EXPECT_EQ(read_to(*r1, passed1, 25), range(20, 25));
+  EXPECT_EQ(read_to(*r2, passed2, 25), range(20, 25));
+  // Partitions 1 and 2 fetched the records produced with partition 0's:
+  // had 0 still been fetched, its records would have come by now.
+  {
+    std::vector<log_record> out;
+    int64_t passed = passed0;
+    auto ok = r0->poll(100, out, passed);
+    ASSERT_TRUE(ok) << describe(ok.error());
+    EXPECT_TRUE(out.empty()) << out.size() << " records of removed partition 0, the first at "
+                             << out.front().offset;
+    EXPECT_EQ(passed, passed0);
+  }
+
+  // Added again at a new start: read from exactly there, through the same
+  // queue; the old reader's end leaves the new reader's wake-ups alone.
+  ASSERT_TRUE(log->add({{0, 12}}));
+  auto r0b = log->reader(0);
+  ASSERT_NE(r0b, nullptr);
+  std::mutex mtx;
+  std::condition_variable cv;
+  int wakes = 0;
+  r0b->on_data([&] {
+    std::lock_guard<std::mutex> g{mtx};
+    ++wakes;
+    cv.notify_all();
+  });
+  r0.reset();
+  passed0 = -1;
+  EXPECT_EQ(read_to(*r0b, passed0, 25), range(12, 25));
+  {
+    std::lock_guard<std::mutex> g{mtx};
+    wakes = 0;
+  }
+  append(0, 1);
+  ASSERT_TRUE(prod->flush());
+  {
+    std::unique_lock<std::mutex> g{mtx};
+    EXPECT_TRUE(cv.wait_for(g, 30s, [&] { return wakes > 0; }))
+      << "no wake-up of the new reader within 30 s";
+  }
+  EXPECT_EQ(read_to(*r0b, passed0, 26), range(25, 26));
+
+  // A start outside [low, high] is refused, naming partition and range, and
+  // nothing is assigned.
+  ASSERT_TRUE(log->remove({2}));
+  auto outside = log->add({{2, 26}});
+  ASSERT_FALSE(outside);
+  EXPECT_TRUE(is_refusal(outside.error()));
+  EXPECT_NE(describe(outside.error()).find("partition 2"), std::string::npos)
+    << describe(outside.error());
+  EXPECT_NE(describe(outside.error()).find("low=0,high=25"), std::string::npos)
+    << describe(outside.error());
+  EXPECT_EQ(log->reader(2), nullptr);
+
+  // A partition already assigned is an error, and the others are not added.
+  auto twice = log->add({{1, 0}, {2, 0}});
+  ASSERT_FALSE(twice);
+  EXPECT_NE(describe(twice.error()).find("partition 1 is already assigned"), std::string::npos)
+    << describe(twice.error());
+  EXPECT_EQ(log->reader(2), nullptr);
+  EXPECT_EQ(read_to(*r1, passed1, 25), std::vector<int64_t>{}) << "partition 1 moved";
+
+  r0b.reset(); // unregisters the callback before `wakes` goes out of scope
+  r1.reset();
+  r2.reset();
+  log.reset();
+  auto admin = kafka::admin::make(test::kafka_client());
+  (*admin)->delete_topic(topic);
+}
+
 // Kafka calls are interruptible (issue 25): start() against a broker that
 // never answers returns ec::shutting_down at once when interrupted, long
-// before kafka.timeout-ms, and so does every later start().
+// before kafka.timeout-ms, and so does every later start() or add().
 TEST(DispatchLogConsumer, InterruptEndsAStartWaitingOnABlackHoledBroker) {
   test::black_hole hole;
   auto cfg = consumer_config(test::unique_name("consumer-hole"));
@@ -239,8 +385,9 @@ TEST(DispatchLogConsumer, InterruptEndsAStartWaitingOnABlackHoledBroker) {
   EXPECT_LT(took, 1s);
   // Every later call returns at once.
   before = std::chrono::steady_clock::now();
-  auto again = log->start({{2, 0}});
-  ASSERT_FALSE(again);
-  EXPECT_EQ(static_cast<ec>(again.error().code()), ec::shutting_down) << describe(again.error());
+  for (auto again : {log->start({{2, 0}}), log->add({{2, 0}})}) {
+    ASSERT_FALSE(again);
+    EXPECT_EQ(static_cast<ec>(again.error().code()), ec::shutting_down) << describe(again.error());
+  }
   EXPECT_LT(std::chrono::steady_clock::now() - before, 1s);
 }
