@@ -117,6 +117,7 @@ void stop_children(supervisor_pointer self, caf::error reason, bool watch) {
     kill(c);
   st.consumers.clear();
   st.extending.clear();
+  st.draining.clear();
   st.children.clear();
   st.life->children.clear();
   if (st.life->gen) {
@@ -565,7 +566,9 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
       st.logs->info("assigned partitions {}", core::format_partition_list(added));
       auto rp = self->make_response_promise<caf::ok_atom>();
       st.assigns.push_back(rp);
-      if (running(st))
+      auto still_draining = std::any_of(added.begin(), added.end(),
+                                        [&](int32_t p) { return st.draining.count(p) > 0; });
+      if (running(st) && !still_draining)
         extend(self, std::move(added));
       else
         regenerate(self);

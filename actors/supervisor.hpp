@@ -65,6 +65,10 @@ struct supervisor_state {
   /// the running generation is being verified, and the next ones to add.
   std::vector<int32_t> extending;
   std::vector<int32_t> queued_adds;
+  /// Revoked partitions whose batches the writer still finishes (they are
+  /// assigned to the consumer until it has): one given back meanwhile
+  /// restarts the generation instead of being added twice.
+  std::multiset<int32_t> draining;
   /// The generation is stopping for an ownership change; the next starts
   /// once every child of it is down (they are in `dying`).
   bool regenerating = false;

@@ -172,11 +172,18 @@ void shrink(supervisor_pointer self, const std::vector<int32_t>& dropped,
     st.consumers.erase(c);
   }
   self->send(st.aggregator, atom::revoke_v, dropped);
+  st.draining.insert(dropped.begin(), dropped.end());
   // The writer may fail meanwhile: then nothing of these partitions is
   // written any more either, and the revoke is answered all the same.
+  auto done = [=]() mutable {
+    auto& st = self->state;
+    for (auto p : dropped)
+      if (auto i = st.draining.find(p); i != st.draining.end())
+        st.draining.erase(i);
+    rp.deliver(caf::ok_atom_v);
+  };
   self->request(st.writer, caf::infinite, atom::revoke_v, dropped)
-    .then([=](caf::ok_atom) mutable { rp.deliver(caf::ok_atom_v); },
-          [=](caf::error&) mutable { rp.deliver(caf::ok_atom_v); });
+    .then([=](caf::ok_atom) mutable { done(); }, [=](caf::error&) mutable { done(); });
 }
 
 std::vector<owned_status> published(const supervisor_state& st,

@@ -745,4 +745,26 @@ CAF_TEST(a refusal of an added partition refuses the node) {
   CAF_CHECK(contains(last_error(), "partition 1"));
 }
 
+CAF_TEST(a partition given back while its revoke still drains is not added twice) {
+  fill(0, 10);
+  fill(1, 10);
+  start();
+  CAF_REQUIRE(assign({0, 1}));
+  h0 = {{0, 10}, {1, 10}};
+  CAF_REQUIRE(drive([&] { return world->checkpoint(1) == std::optional<int64_t>{10}; }));
+  CAF_REQUIRE(drive_to("ready"));
+  fill(1, 5);
+  // A host that does not wait for the revoke's answer before it assigns
+  // the partition again: the consumer still holds it while the writer drains.
+  caf::anon_send(proj, atom::revoke_v, parts{1});
+  caf::anon_send(proj, atom::assign_v, parts{1});
+  h0.clear();
+  CAF_REQUIRE(drive([&] { return world->checkpoint(1) == std::optional<int64_t>{15}; }));
+  CAF_REQUIRE(drive_to("ready"));
+  auto st = status();
+  CAF_REQUIRE(st);
+  CAF_CHECK(st->owned == parts({0, 1}));
+  CAF_CHECK_EQUAL(count_state("refused"), 0u);
+}
+
 CAF_TEST_FIXTURE_SCOPE_END()

@@ -790,8 +790,9 @@ caf::expected<void> fake_dispatch_log::add(const std::map<int32_t, int64_t>& sta
     return failure(w_->start_fault, ec::kafka_unavailable, "query watermarks");
   for (auto& [p, start] : starts) {
     if (starts_.count(p) > 0)
-      return caf::make_error(ec::kafka_read, "fake: partition " + std::to_string(p)
-                                               + " is already assigned");
+      // As the real consumer answers: a caller's bug, not a broker's state.
+      return caf::make_error(ec::invalid_config, "fake: partition " + std::to_string(p)
+                                                   + " is already assigned");
     if (auto err = check_start(p, start))
       return err;
   }
