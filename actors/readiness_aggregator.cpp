@@ -77,17 +77,17 @@ readiness_aggregator(aggregator_actor::stateful_pointer<aggregator_state> self,
     [=](atom::assign, const verified_start& added) {
       auto& st = self->state;
       st.add(added, self->clock().now());
-      if (st.announced && !st.ready()) {
-        // Catching up again, for the added partitions only: the progress
-        // log resumes, and `ready` is announced once more when they arrive.
-        st.announced = false;
+      // The supervisor is catching up again (for the added partitions only)
+      // and waits for `ready` once more: at once if they start at their H0.
+      st.announced = false;
+      announce_if_ready();
+      if (!st.announced) {
         st.remaining_at_tick = st.remaining();
         if (!st.polling) {
           st.polling = true;
           self->delayed_send(self, cfg.progress_interval, atom::poll_v);
         }
       }
-      announce_if_ready();
     },
     [=](atom::revoke, const std::vector<int32_t>& gone) {
       auto& st = self->state;

@@ -767,4 +767,21 @@ CAF_TEST(a partition given back while its revoke still drains is not added twice
   CAF_CHECK_EQUAL(count_state("refused"), 0u);
 }
 
+CAF_TEST(a partition added at its H0 opens the gate again at once) {
+  fill(0, 10);
+  start();
+  CAF_REQUIRE(assign({0}));
+  h0 = {{0, 10}};
+  CAF_REQUIRE(drive([&] { return world->checkpoint(0) == std::optional<int64_t>{10}; }));
+  CAF_REQUIRE(drive_to("ready"));
+  auto since = seen->size();
+  // Partition 1 is empty: its start is its H0, nothing to catch up.
+  CAF_REQUIRE(assign({1}));
+  CAF_REQUIRE(drive([&] { return seen->size() > since && state() == "ready"; }));
+  auto st = status();
+  CAF_REQUIRE(st);
+  CAF_CHECK(st->owned == parts({0, 1}));
+  CAF_CHECK_EQUAL(world->calls.adds, 1u);
+}
+
 CAF_TEST_FIXTURE_SCOPE_END()
