@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <set>
+#include <utility>
 
 #include "caf/event_based_actor.hpp"
 
@@ -130,6 +131,23 @@ caf::error confirm(const projection_settings& cfg, broker_inspector& broker,
   return caf::none;
 }
 
+// A broker inspector and a checkpoint store of this verification, both
+// interrupted when the generation ends.
+caf::expected<std::pair<std::shared_ptr<broker_inspector>, std::shared_ptr<checkpoint_store>>>
+open_handles(generation& gen) {
+  auto made_broker = gen.ports->make_inspector();
+  if (!made_broker)
+    return made_broker.error();
+  std::shared_ptr<broker_inspector> broker = std::move(*made_broker);
+  gen.track(broker);
+  auto made = gen.ports->make_checkpoint_store();
+  if (!made)
+    return made.error();
+  std::shared_ptr<checkpoint_store> store = std::move(*made);
+  gen.track(store);
+  return std::make_pair(std::move(broker), std::move(store));
+}
+
 } // namespace
 
 caf::expected<verified_start> verifier_state::run(const projection_settings& cfg,
@@ -144,16 +162,10 @@ caf::expected<verified_start> verifier_state::run(const projection_settings& cfg
   // range check, every inspection and identity check, the identity fence's
   // too: it takes this inspector over), as it does the Redis calls.
   gen.track(gen.log);
-  auto made_broker = gen.ports->make_inspector();
-  if (!made_broker)
-    return made_broker.error();
-  std::shared_ptr<broker_inspector> broker = std::move(*made_broker);
-  gen.track(broker);
-  auto made = gen.ports->make_checkpoint_store();
+  auto made = open_handles(gen);
   if (!made)
     return made.error();
-  std::shared_ptr<checkpoint_store> store = std::move(*made);
-  gen.track(store);
+  auto [broker, store] = std::move(*made);
   // Owners the node must not override (DESIGN.md §12, docs/CLUSTER.md): an
   // `all` node refuses a namespace any node has claimed (a cluster projects
   // it), before it reads or serves anything; a `static` node refuses a
@@ -224,16 +236,10 @@ caf::expected<verified_start> verifier_state::extend(const projection_settings& 
     return caf::make_error(ec::unspecified, "extend: the generation has no consumer");
   // An inspector and a store of its own: the generation's are in use by the
   // identity fence and the writer, on other threads.
-  auto made_broker = gen.ports->make_inspector();
-  if (!made_broker)
-    return made_broker.error();
-  std::shared_ptr<broker_inspector> broker = std::move(*made_broker);
-  gen.track(broker);
-  auto made = gen.ports->make_checkpoint_store();
+  auto made = open_handles(gen);
   if (!made)
     return made.error();
-  std::shared_ptr<checkpoint_store> store = std::move(*made);
-  gen.track(store);
+  auto [broker, store] = std::move(*made);
   std::set<int32_t> parts(added.begin(), added.end());
   // Just given to this node: a first claim each, whatever an earlier
   // ownership of theirs left in the generation's claims.
