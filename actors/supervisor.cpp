@@ -118,6 +118,15 @@ void stop_children(supervisor_pointer self, caf::error reason, bool watch) {
   st.consumers.clear();
   st.extending.clear();
   st.draining.clear();
+  // Revokes that waited for an addition: nothing of the generation runs any
+  // more once its children are down (watched: answered with the others).
+  for (auto& d : st.deferred_revokes) {
+    if (watch)
+      st.revokes.push_back(d.rp);
+    else
+      d.rp.deliver(caf::ok_atom_v);
+  }
+  st.deferred_revokes.clear();
   st.children.clear();
   st.life->children.clear();
   if (st.life->gen) {
@@ -601,8 +610,11 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
         std::remove_if(st.queued_adds.begin(), st.queued_adds.end(), is_dropped),
         st.queued_adds.end());
       auto rp = self->make_response_promise<caf::ok_atom>();
-      if (running(st) && std::none_of(st.extending.begin(), st.extending.end(), is_dropped)) {
-        shrink(self, dropped, rp);
+      if (running(st)) {
+        if (std::any_of(st.extending.begin(), st.extending.end(), is_dropped))
+          st.deferred_revokes.push_back(supervisor_state::deferred_revoke{dropped, rp});
+        else
+          shrink(self, dropped, rp);
         return rp;
       }
       st.revokes.push_back(rp);

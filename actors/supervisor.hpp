@@ -69,6 +69,14 @@ struct supervisor_state {
   /// assigned to the consumer until it has): one given back meanwhile
   /// restarts the generation instead of being added twice.
   std::multiset<int32_t> draining;
+  /// Revokes of partitions whose addition was still being verified: done
+  /// (shrink) as soon as the addition is, instead of restarting the
+  /// generation.
+  struct deferred_revoke {
+    std::vector<int32_t> partitions;
+    caf::typed_response_promise<caf::ok_atom> rp;
+  };
+  std::vector<deferred_revoke> deferred_revokes;
   /// The generation is stopping for an ownership change; the next starts
   /// once every child of it is down (they are in `dying`).
   bool regenerating = false;

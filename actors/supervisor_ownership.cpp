@@ -142,6 +142,9 @@ void on_extended(supervisor_pointer self, verified_start vs, std::shared_ptr<gen
   self->send(st.writer, atom::assign_v, vs);
   if (!spawn_consumers(self, vs, *gen))
     return;
+  // Partitions revoked while their addition was verified go again at once.
+  for (auto& d : std::exchange(st.deferred_revokes, {}))
+    shrink(self, d.partitions, d.rp);
   if (!st.queued_adds.empty()) {
     extend(self, std::exchange(st.queued_adds, {}));
     return;
@@ -158,6 +161,7 @@ void shrink(supervisor_pointer self, const std::vector<int32_t>& dropped,
             caf::typed_response_promise<caf::ok_atom> rp) {
   auto& st = self->state;
   for (auto p : dropped) {
+    st.h0.erase(p);
     auto c = st.consumers.find(p);
     if (c == st.consumers.end())
       continue;

@@ -784,4 +784,32 @@ CAF_TEST(a partition added at its H0 opens the gate again at once) {
   CAF_CHECK_EQUAL(world->calls.adds, 1u);
 }
 
+CAF_TEST(a revoke of a partition whose addition is being verified waits for it and restarts nothing) {
+  fill(0, 10);
+  fill(1, 10);
+  start();
+  CAF_REQUIRE(assign({0}));
+  h0 = {{0, 10}};
+  CAF_REQUIRE(drive([&] { return world->checkpoint(0) == std::optional<int64_t>{10}; }));
+  CAF_REQUIRE(drive_to("ready"));
+  auto starts = world->calls.start;
+  auto since = seen->size();
+  // The group takes partition 1 back while its addition is verified (a
+  // rolling restart's member rejoining at once).
+  caf::anon_send(proj, atom::assign_v, parts{1});
+  auto r = revoke({1});
+  CAF_CHECK(r);
+  CAF_REQUIRE(drive_to("ready"));
+  run_for(500ms);
+  auto st = status();
+  CAF_REQUIRE(st);
+  CAF_CHECK(st->owned == parts{0});
+  CAF_CHECK_EQUAL(world->calls.start, starts);
+  CAF_CHECK_EQUAL(world->calls.removes, 1u);
+  CAF_CHECK(verifying_since(since) == 0u);
+  // Partition 0 went on throughout.
+  fill(0, 5);
+  CAF_REQUIRE(drive([&] { return world->checkpoint(0) == std::optional<int64_t>{15}; }));
+}
+
 CAF_TEST_FIXTURE_SCOPE_END()
