@@ -254,7 +254,6 @@ void writer_state::add(const verified_start& vs) {
   for (auto& [p, start] : vs.starts) {
     auto i = vs.checkpoints.find(p);
     sent[p] = stored[p] = i != vs.checkpoints.end() ? i->second : -1;
-    revoking.erase(p);
   }
   for (auto& [p, e] : vs.owner_epochs)
     owner_epochs[p] = e;

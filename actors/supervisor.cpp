@@ -211,7 +211,6 @@ bool spawn_consumers(supervisor_pointer self, const verified_start& vs, generati
 void on_verified(supervisor_pointer self, verified_start vs, std::shared_ptr<generation> gen) {
   auto& st = self->state;
   st.true_high = vs.true_high;
-  st.h0 = vs.h0;
   for (auto& [p, e] : vs.owner_epochs)
     st.own.claimed(p, e);
   // The partitions asked for are claimed, verified and consuming.
@@ -596,8 +595,6 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
       std::vector<owned_status> gone;
       for (auto& [p, e] : released.claims)
         gone.push_back(owned_status{p, e, "revoked", -1, -1, false});
-      for (auto p : dropped)
-        st.h0.erase(p);
       st.logs->info("revoked partitions {}", core::format_partition_list(dropped));
       if (st.member && !gone.empty())
         self->request(st.member, caf::infinite, atom::revoke_v, std::move(gone))

@@ -59,8 +59,6 @@ struct supervisor_state {
   /// The partitions this node owns (every one with ownership = all) and the
   /// epochs of its claims: the rules live in core::ownership.
   core::ownership own{false, true};
-  /// The H0 of each partition of the running generation.
-  std::map<int32_t, int64_t> h0;
   /// DESIGN.md §12, "Decision — handover": the partitions whose addition to
   /// the running generation is being verified, and the next ones to add.
   std::vector<int32_t> extending;

@@ -29,7 +29,6 @@ caf::error on_fenced(supervisor_pointer self, int32_t p, const std::string& why)
                                           + std::to_string(p)
                                           + " in projection.partitions of two nodes?)");
   st.logs->warn("partition {}: fenced, another node owns it now; giving it up: {}", p, why);
-  st.h0.erase(p);
   return caf::none;
 }
 
@@ -130,8 +129,6 @@ void on_extended(supervisor_pointer self, verified_start vs, std::shared_ptr<gen
   st.extending.clear();
   for (auto& [p, e] : vs.owner_epochs)
     st.own.claimed(p, e);
-  for (auto& [p, h] : vs.h0)
-    st.h0[p] = h;
   for (auto& [p, h] : vs.true_high)
     st.true_high[p] = h;
   for (auto& [p, start] : vs.starts)
@@ -161,7 +158,6 @@ void shrink(supervisor_pointer self, const std::vector<int32_t>& dropped,
             caf::typed_response_promise<caf::ok_atom> rp) {
   auto& st = self->state;
   for (auto p : dropped) {
-    st.h0.erase(p);
     auto c = st.consumers.find(p);
     if (c == st.consumers.end())
       continue;

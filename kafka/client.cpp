@@ -287,6 +287,15 @@ caf::error kafka_error(rd_kafka_resp_err_t err, const std::string& what) {
                            + ")");
 }
 
+caf::error kafka_error(rd_kafka_error_t* err, const std::string& what) {
+  if (err == nullptr)
+    return caf::none;
+  std::string text = rd_kafka_error_string(err);
+  auto code = rd_kafka_error_code(err);
+  rd_kafka_error_destroy(err);
+  return kafka_error(code, what + " (" + text + ")");
+}
+
 // -- waiting for the broker, interruptibly -----------------------------------
 
 void interrupter::interrupt() {

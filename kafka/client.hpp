@@ -97,6 +97,9 @@ make_handle(rd_kafka_type_t type, const client_settings& cfg,
 /// (ec::invalid_config for the authorization and authentication errors, see
 /// is_auth_error).
 caf::error kafka_error(rd_kafka_resp_err_t err, const std::string& what);
+/// The same for an rd_kafka_error_t (destroyed here), its text in
+/// parentheses after `what`; none for nullptr.
+caf::error kafka_error(rd_kafka_error_t* err, const std::string& what);
 
 /// True for errors an operator must fix (credentials, ACLs): authentication
 /// and topic, group, cluster or transactional-id authorization failures.

@@ -275,13 +275,9 @@ caf::expected<void> dispatch_log_consumer::assign(const std::map<int32_t, int64_
     partition_list_ptr list{rd_kafka_topic_partition_list_new(static_cast<int>(starts.size()))};
     for (auto& [p, start] : starts)
       rd_kafka_topic_partition_list_add(list.get(), cfg_.topic.c_str(), p)->offset = start;
-    if (auto* e = rd_kafka_incremental_assign(rk_.get(), list.get())) {
-      std::string text = rd_kafka_error_string(e);
-      auto code = rd_kafka_error_code(e);
-      rd_kafka_error_destroy(e);
-      return kafka_error(code, call + ": incremental assign of " + cfg_.topic + " partitions "
-                                 + partition_list(added) + " (" + text + ")");
-    }
+    if (auto* e = rd_kafka_incremental_assign(rk_.get(), list.get()))
+      return kafka_error(e, call + ": incremental assign of " + cfg_.topic + " partitions "
+                              + partition_list(added));
     std::lock_guard<std::mutex> guard{mtx_};
     assigned_.insert(added.begin(), added.end());
   }
@@ -416,13 +412,9 @@ caf::error dispatch_log_consumer::unassign(const std::vector<int32_t>& partition
     rd_kafka_topic_partition_list_add(list.get(), cfg_.topic.c_str(), p);
   // Stops the partitions' fetchers (their queued records are dropped as
   // outdated); a local operation, no broker round trip.
-  if (auto* e = rd_kafka_incremental_unassign(rk_.get(), list.get())) {
-    std::string text = rd_kafka_error_string(e);
-    auto code = rd_kafka_error_code(e);
-    rd_kafka_error_destroy(e);
-    return kafka_error(code, call + ": incremental unassign of " + cfg_.topic + " partitions "
-                               + partition_list(partitions) + " (" + text + ")");
-  }
+  if (auto* e = rd_kafka_incremental_unassign(rk_.get(), list.get()))
+    return kafka_error(e, call + ": incremental unassign of " + cfg_.topic + " partitions "
+                            + partition_list(partitions));
   std::lock_guard<std::mutex> guard{mtx_};
   for (auto p : partitions)
     assigned_.erase(p);

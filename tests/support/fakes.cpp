@@ -379,14 +379,16 @@ caf::expected<bool> fake_checkpoint_store::create_meta(const core::identity& id)
   return true;
 }
 
-std::string fake_world::owner_key(int32_t p) const {
-  return ns + ":owner:" + topic + ":" + std::to_string(p);
+std::string fake_world::owner_key(int32_t p) const { return owner_key(topic, p); }
+
+std::string fake_world::owner_key(const std::string& t, int32_t p) const {
+  return ns + ":owner:" + t + ":" + std::to_string(p);
 }
 
-core::owner_record fake_world::owner(int32_t p) const {
+core::owner_record fake_world::owner(const std::string& t, int32_t p) const {
   lock g{mtx};
   core::owner_record o;
-  auto i = hashes.find(owner_key(p));
+  auto i = hashes.find(owner_key(t, p));
   if (i == hashes.end())
     return o;
   o.present = true;
@@ -421,13 +423,8 @@ caf::expected<uint64_t> fake_checkpoint_store::claim(const std::string& topic, i
   if (w_->redis_frozen)
     return frozen("ownership claim script");
   // The claim script of redis/stores.cpp: core::decide_claim, atomically.
-  auto key = w_->ns + ":owner:" + topic + ":" + std::to_string(partition);
-  core::owner_record stored;
-  if (auto i = w_->hashes.find(key); i != w_->hashes.end()) {
-    stored.present = true;
-    stored.node = i->second["node"];
-    stored.epoch = i->second.count("epoch") > 0 ? std::stoull(i->second["epoch"]) : 0;
-  }
+  auto key = w_->owner_key(topic, partition);
+  auto stored = w_->owner(topic, partition);
   auto d = core::decide_claim(stored, node, mine);
   if (d.verdict == core::claim_verdict::fenced)
     return make_fenced(partition, "partition " + std::to_string(partition) + ": " + key
@@ -461,13 +458,7 @@ caf::expected<void> fake_checkpoint_store::write_checkpoint(const core::identity
   // The fence of the Lua script (core::check_owner): the owner record names
   // this writer's node and epoch (none for epoch 0).
   {
-    core::owner_record o;
-    if (auto i = w_->hashes.find(w_->ns + ":owner:" + id.topic + ":" + std::to_string(partition));
-        i != w_->hashes.end()) {
-      o.present = true;
-      o.node = i->second["node"];
-      o.epoch = i->second.count("epoch") > 0 ? std::stoull(i->second["epoch"]) : 0;
-    }
+    auto o = w_->owner(id.topic, partition);
     auto text = "partition " + std::to_string(partition) + ": the owner record holds "
                 + (o.present ? "node \"" + o.node + "\" epoch " + std::to_string(o.epoch)
                              : std::string{"nothing"})
@@ -767,40 +758,41 @@ caf::expected<void> fake_dispatch_log::start(const std::map<int32_t, int64_t>& s
                                              const std::map<int32_t, int32_t>& epochs) {
   lock g{w_->mtx};
   ++w_->calls.start;
-  if (w_->start_fault.fire())
-    return failure(w_->start_fault, ec::kafka_unavailable, "query watermarks");
-  for (auto& [p, start] : starts)
-    if (auto err = check_start(p, start))
-      return err;
-  starts_ = starts;
-  epochs_ = epochs;
-  readers_.clear();
-  // Per partition: several nodes may share the world, and another node's
-  // start says nothing about this node's partitions.
-  for (auto& [p, start] : starts)
-    w_->events.push_back(fake_event{fake_event::kind::assigned, p, start});
-  return caf::unit;
+  return assign(starts, epochs, true);
 }
 
 caf::expected<void> fake_dispatch_log::add(const std::map<int32_t, int64_t>& starts,
                                            const std::map<int32_t, int32_t>& epochs) {
   lock g{w_->mtx};
   ++w_->calls.adds;
+  return assign(starts, epochs, false);
+}
+
+caf::expected<void> fake_dispatch_log::assign(const std::map<int32_t, int64_t>& starts,
+                                              const std::map<int32_t, int32_t>& epochs,
+                                              bool replace) {
   if (w_->start_fault.fire())
     return failure(w_->start_fault, ec::kafka_unavailable, "query watermarks");
   for (auto& [p, start] : starts) {
-    if (starts_.count(p) > 0)
+    if (!replace && starts_.count(p) > 0)
       // As the real consumer answers: a caller's bug, not a broker's state.
       return caf::make_error(ec::invalid_config, "fake: partition " + std::to_string(p)
                                                    + " is already assigned");
     if (auto err = check_start(p, start))
       return err;
   }
+  if (replace) {
+    starts_.clear();
+    epochs_.clear();
+    readers_.clear();
+  }
   for (auto& [p, start] : starts) {
     starts_[p] = start;
     readers_.erase(p);
     if (auto e = epochs.find(p); e != epochs.end())
       epochs_[p] = e->second;
+    // Per partition: several nodes may share the world, and another node's
+    // start says nothing about this node's partitions.
     w_->events.push_back(fake_event{fake_event::kind::assigned, p, start});
   }
   return caf::unit;
@@ -890,13 +882,7 @@ fake_cluster_store::publish(const std::string& topic, const std::string& node,
   std::vector<owned_status> fenced;
   for (auto& s : statuses) {
     auto suffix = topic + ":" + std::to_string(s.partition);
-    core::owner_record rec;
-    if (auto i = w_->hashes.find(w_->ns + ":owner:" + suffix); i != w_->hashes.end()) {
-      rec.present = true;
-      rec.node = i->second["node"];
-      rec.epoch = i->second.count("epoch") > 0 ? std::stoull(i->second["epoch"]) : 0;
-    }
-    if (auto c = core::check_owner(rec, node, s.epoch); c != core::owner_check::ok) {
+    if (auto c = core::check_owner(w_->owner(topic, s.partition), node, s.epoch); c != core::owner_check::ok) {
       auto f = s;
       f.state = c == core::owner_check::fenced ? "fenced" : "lost";
       fenced.push_back(std::move(f));
@@ -947,14 +933,8 @@ fake_cluster_store::view(const std::string& topic, int32_t partition_count) {
   };
   for (int32_t p = 0; p < partition_count; ++p) {
     auto suffix = topic + ":" + std::to_string(p);
-    core::owner_record o;
+    auto o = w_->owner(topic, p);
     core::status_record st;
-    if (auto i = w_->hashes.find(w_->ns + ":owner:" + suffix); i != w_->hashes.end()) {
-      o.present = true;
-      o.node = i->second["node"];
-      o.epoch = static_cast<uint64_t>(num(i->second, "epoch", 0));
-      o.heartbeat_ms = num(i->second, "heartbeat_ms", 0);
-    }
     if (auto i = w_->hashes.find(w_->ns + ":status:" + suffix); i != w_->hashes.end()) {
       st.present = true;
       st.node = i->second["node"];

@@ -318,8 +318,10 @@ struct fake_world {
   std::map<std::string, int64_t> expires_at;
   /// Drops the statuses whose TTL ran out (called by the cluster store).
   void expire_statuses();
-  /// The owner record of `p` as core::owner_record (absent: present false).
-  core::owner_record owner(int32_t p) const;
+  /// The owner record of `p` of `topic` as core::owner_record (absent:
+  /// present false), and its key (default: this world's topic).
+  core::owner_record owner(const std::string& topic, int32_t p) const;
+  std::string owner_key(const std::string& topic, int32_t p) const;
   std::string owner_key(int32_t p) const;
 
   /// Readers whose data callback fires on appends (see fake_partition_reader).
@@ -429,6 +431,10 @@ public:
 private:
   /// The [low, high] check of a start (the caller holds the lock).
   caf::error check_start(int32_t p, int64_t start) const;
+  /// start() (replace: the assignment becomes `starts`) and add() (the
+  /// partitions join it), under the caller's lock.
+  caf::expected<void> assign(const std::map<int32_t, int64_t>& starts,
+                             const std::map<int32_t, int32_t>& epochs, bool replace);
   std::shared_ptr<fake_world> w_;
   std::map<int32_t, int64_t> starts_;
   std::map<int32_t, int32_t> epochs_;
