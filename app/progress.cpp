@@ -387,6 +387,8 @@ void catch_up_progress::on_status(const projection_status& st, clock::time_point
     const partition_status* slowest = nullptr;
     double slowest_fraction = 2;
     for (auto& p : st.partitions) {
+      if (kept_.count(p.partition) > 0)
+        continue;
       int64_t span = std::max<int64_t>(0, p.h0 - p.start);
       int64_t got = std::clamp<int64_t>(p.next_offset - p.start, 0, span);
       total += span;
@@ -418,9 +420,16 @@ void catch_up_progress::on_status(const projection_status& st, clock::time_point
       display_->finish(total, now, format_count(records) + " records projected");
       display_.reset();
     }
+    if (!st.partitions.empty() && !final_pending_) {
+      kept_.clear();
+      for (auto& p : st.partitions)
+        kept_.insert(p.partition);
+    }
   } else {
-    // dirty, refused, stopped: this generation's bar stays as it was.
+    // dirty, refused, stopped: this generation's bar stays as it was; the
+    // next generation catches every partition up from its checkpoint.
     abandon();
+    kept_.clear();
   }
   last_state_ = st.state;
 }

@@ -24,6 +24,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -230,6 +231,10 @@ private:
   std::string last_state_;
   bool final_pending_ = false;
   uint64_t records_at_start_ = 0;
+  /// The partitions of the last ready status: when partitions are added to
+  /// a running projection (DESIGN §12, handover) they are not caught up
+  /// again, so the catch-up that follows counts only the added ones.
+  std::set<int32_t> kept_;
 };
 
 } // namespace qsp::app

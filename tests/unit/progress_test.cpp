@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 #include <spdlog/logger.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <sstream>
 
 #include "app/progress.hpp"
 
@@ -231,4 +233,61 @@ TEST(ProgressDisplay, BarRedrawsAtMostOncePerInterval) {
   EXPECT_TRUE(has(text, " 20/1,000 offsets")) << text;
   EXPECT_TRUE(has(text, "audit 100.0% [")) << text;
   EXPECT_EQ(text.back(), '\n');
+}
+
+// Partitions added to a running projection (DESIGN §12, handover): the
+// catch-up that follows counts the added partitions only, not the ones the
+// projection kept (a trial saw "100% 501 offsets" for an added partition
+// that started at its H0).
+TEST(CatchUpProgress, AnAdditionCountsOnlyTheAddedPartitions) {
+  std::ostringstream out;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out);
+  sink->set_pattern("%v");
+  auto logger = std::make_shared<spdlog::logger>("progress-test", sink);
+  std::vector<std::string> lines;
+  auto logged = [&] {
+    lines.clear();
+    std::istringstream in{out.str()};
+    for (std::string l; std::getline(in, l);)
+      lines.push_back(l);
+    return lines.size();
+  };
+  progress_options opts;
+  catch_up_progress cp{opts, nullptr, logger};
+  auto t0 = clock_type::now();
+  auto status = [](std::string state, std::vector<qsp::partition_status> parts, uint64_t records) {
+    qsp::projection_status s;
+    s.state = std::move(state);
+    s.partitions = std::move(parts);
+    s.records = records;
+    return s;
+  };
+  auto part = [](int32_t p, int64_t start, int64_t h0, int64_t next) {
+    qsp::partition_status x;
+    x.partition = p;
+    x.start = start;
+    x.h0 = h0;
+    x.next_offset = next;
+    return x;
+  };
+  cp.on_status(status("catching-up", {part(0, 0, 500, 0)}, 0), t0);
+  cp.on_status(status("ready", {}, 500), t0 + 1s);
+  cp.on_status(status("ready", {part(0, 0, 500, 500)}, 500), t0 + 1s);
+  ASSERT_EQ(logged(), 1u);
+  EXPECT_TRUE(has(lines[0], "catch-up: 100% 500 offsets")) << lines[0];
+  // Partition 1 is added at 752 with H0 753; partition 0 goes on past its H0.
+  cp.on_status(status("catching-up", {part(0, 0, 500, 600), part(1, 752, 753, 752)}, 600),
+               t0 + 2s);
+  cp.on_status(status("ready", {}, 601), t0 + 3s);
+  cp.on_status(status("ready", {part(0, 0, 500, 700), part(1, 752, 753, 753)}, 601), t0 + 3s);
+  ASSERT_EQ(logged(), 2u);
+  EXPECT_TRUE(has(lines[1], "catch-up: 100% 1 offsets")) << lines[1];
+  // After a restart every partition catches up from its checkpoint again.
+  cp.on_status(status("dirty", {}, 601), t0 + 4s);
+  cp.on_status(status("catching-up", {part(0, 700, 710, 700), part(1, 753, 760, 753)}, 601),
+               t0 + 5s);
+  cp.on_status(status("ready", {}, 618), t0 + 6s);
+  cp.on_status(status("ready", {part(0, 700, 710, 710), part(1, 753, 760, 760)}, 618), t0 + 6s);
+  ASSERT_EQ(logged(), 3u);
+  EXPECT_TRUE(has(lines[2], "catch-up: 100% 17 offsets")) << lines[2];
 }
