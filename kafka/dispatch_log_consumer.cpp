@@ -180,7 +180,15 @@ dispatch_log_consumer::make(dispatch_log_consumer_config cfg) {
                          // this much once its prefetch queue is full (default
                          // 1000 ms): in catch-up the queue drains far sooner,
                          // and one partition starved for most of each second.
-                         {"fetch.queue.backoff.ms", std::to_string(cfg.fetch_queue_backoff_ms)}},
+                         {"fetch.queue.backoff.ms", std::to_string(cfg.fetch_queue_backoff_ms)},
+                         // The broker answers one connection's requests in
+                         // order: an idle partition's fetch waits up to this
+                         // long for data (default 500 ms), and a partition's
+                         // incremental add (its ListOffsets range check and
+                         // epoch validation) queues behind it.  A fetch still
+                         // returns as soon as a record arrives; idle, it is
+                         // ten small requests a second per broker.
+                         {"fetch.wait.max.ms", "100"}},
                         errors);
   if (!rk)
     return rk.error();
