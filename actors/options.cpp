@@ -187,6 +187,9 @@ void add_options(caf::config_option_set& opts, const std::string& group) {
                       "qsession-projection)")
     .add<std::vector<std::string>>("properties",
                                    "extra librdkafka properties, [\"key=value\", ...] (default: none)")
+    .add<std::string>("sasl-password-file",
+                      "file whose first line is the SASL password (librdkafka's sasl.password, "
+                      "never logged; sasl.username and the mechanism go in properties)")
     .add<int64_t>("timeout-ms", "admin/metadata request timeout (default: 10000)")
     .add<int64_t>("session-timeout-ms",
                   "ownership = group: a member silent this long loses its partitions "
@@ -210,7 +213,12 @@ void add_options(caf::config_option_set& opts, const std::string& group) {
     .add<std::string>("tls-ca-file", "CA bundle for TLS")
     .add<std::string>("tls-cert-file", "client certificate for TLS")
     .add<std::string>("tls-key-file", "client key for TLS")
-    .add<std::string>("tls-server-name", "SNI / verified server name")
+    .add<std::string>("tls-server-name",
+                      "the name the server's certificate must hold, also sent as SNI (default: "
+                      "the host connected to; with sentinels, the address they name)")
+    .add<bool>("tls-verify-hostname",
+               "check the server certificate's name (default: true; false is logged as a "
+               "warning at every start)")
     .add<caf::timespan>("command-timeout",
                         "deadline of every Redis exchange, pipelined ZADD replies included, with "
                         "a unit, e.g. 5s or 500ms (default: 5s)")
@@ -304,6 +312,23 @@ caf::expected<projection_settings> read_settings(const caf::settings& content,
                  "entries must look like \"key=value\", got one without '='");
     k.properties.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
   }
+  // librdkafka reads no password file: the file's first line becomes
+  // sasl.password, which must then not be set among the properties too.
+  if (auto file = get("kafka", "sasl-password-file", std::string{}); !file.empty()) {
+    for (auto& [name, value] : k.properties)
+      if (name == "sasl.password")
+        return bad(key("kafka", "sasl-password-file"),
+                   "set either kafka.sasl-password-file or sasl.password in kafka.properties, "
+                   "not both");
+    std::ifstream in{file};
+    if (!in)
+      return bad(key("kafka", "sasl-password-file"), "cannot read " + file);
+    std::string secret;
+    std::getline(in, secret);
+    if (secret.empty())
+      return bad(key("kafka", "sasl-password-file"), file + " holds no password (empty first line)");
+    k.properties.emplace_back("sasl.password", std::move(secret));
+  }
 
   auto& r = s.redis;
   r.host = get("redis", "host", r.host);
@@ -342,6 +367,7 @@ caf::expected<projection_settings> read_settings(const caf::settings& content,
   r.tls_cert_file = get("redis", "tls-cert-file", std::string{});
   r.tls_key_file = get("redis", "tls-key-file", std::string{});
   r.tls_server_name = get("redis", "tls-server-name", std::string{});
+  r.tls_verify_hostname = get("redis", "tls-verify-hostname", true);
   auto command = get("redis", "command-timeout",
                      caf::timespan{std::chrono::duration_cast<caf::timespan>(r.command_timeout)});
   if (auto legacy = get("redis", "timeout-ms", int64_t{0}); legacy != 0) {

@@ -39,6 +39,7 @@ redis::settings redis_config_of(const projection_settings& s) {
   r.tls_cert_file = s.redis.tls_cert_file;
   r.tls_key_file = s.redis.tls_key_file;
   r.tls_server_name = s.redis.tls_server_name;
+  r.tls_verify_hostname = s.redis.tls_verify_hostname;
   r.connect_timeout_ms = static_cast<int>(s.redis.connect_timeout.count());
   r.command_timeout_ms = static_cast<int>(s.redis.command_timeout.count());
   r.wait_replicas = s.redis.wait_replicas;

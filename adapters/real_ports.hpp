@@ -18,6 +18,12 @@ namespace qsp {
 /// The adapters' own settings, derived from the projection's (one source of
 /// topic, namespace and key prefix).
 kafka::dispatch_log_consumer_config kafka_config_of(const projection_settings& s);
+
+/// Logged at every start with redis.tls and redis.tls-verify-hostname=false.
+inline constexpr const char* tls_hostname_warning =
+  "redis.tls-verify-hostname=false: the Redis server's certificate is not checked against its "
+  "name; any server holding a certificate from the configured CA is trusted with the "
+  "checkpoints and session sets";
 redis::settings redis_config_of(const projection_settings& s);
 
 struct real_ports_options {

@@ -393,8 +393,23 @@ int main(int argc, char** argv) {
   app::progress_options progress;
   bool shows_progress = cmd == "run" || cmd == "catch-up" || cmd == "audit";
   std::vector<char*> args{argv[0]};
+  // CAF takes a boolean option as a bare flag (--redis.tls) only: accept
+  // --NAME=true and --NAME=false too (a flag that defaults to true, such as
+  // redis.tls-verify-hostname, can be turned off only so).
+  std::vector<std::string> flags_off;
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
+    if (auto eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos
+                               && cfg.is_flag_option(a.substr(2, eq - 2))
+                               && (a.substr(eq + 1) == "true" || a.substr(eq + 1) == "false")) {
+      if (a.substr(eq + 1) == "false") {
+        flags_off.push_back(a.substr(2, eq - 2));
+      } else {
+        argv[i][eq] = '\0'; // the bare flag
+        args.push_back(argv[i]);
+      }
+      continue;
+    }
     if (a == "--json" && (cmd == "inspect" || cmd == "cluster"))
       json = true;
     else if (a.rfind("--progress=", 0) == 0 && shows_progress) {
@@ -432,6 +447,8 @@ int main(int argc, char** argv) {
     std::cerr << "error: unexpected argument \"" << cfg.remainder.front() << "\"\n";
     return exit_usage;
   }
+  for (auto& name : flags_off)
+    cfg.set(name, false);
   // The node's own logger (the process is the node's: it may register it).
   // Its sink keeps the progress bar below the log lines.
   auto line = std::make_shared<app::status_line>(stderr);
@@ -450,6 +467,10 @@ int main(int argc, char** argv) {
     std::cerr << "error: " << describe(probe.error()) << '\n';
     return exit_usage;
   }
+  // run and catch-up warn through spawn_projection.
+  if (settings->projection.redis.tls && !settings->projection.redis.tls_verify_hostname
+      && cmd != "run" && cmd != "catch-up")
+    logger->warn("{}", tls_hostname_warning);
   if (cmd == "cluster")
     return cmd_cluster(*settings, json);
   if (cmd == "catch-up" && (settings->projection.ownership == ownership_mode::group

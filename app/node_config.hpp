@@ -24,6 +24,13 @@ struct node_config : caf::actor_system_config {
 
   /// Every option with its default, for --help.
   std::string help() const { return custom_options_.help_text(false); }
+
+  /// True if `name` (e.g. "redis.tls") is a boolean option, which CAF's
+  /// command line takes as a bare flag only.
+  bool is_flag_option(std::string_view name) const {
+    auto* opt = custom_options_.qualified_name_lookup(caf::string_view{name.data(), name.size()});
+    return opt != nullptr && opt->is_flag();
+  }
 };
 
 /// Everything the subcommands need, typed and validated.

@@ -1,5 +1,7 @@
 #include "redis/connection.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -12,6 +14,9 @@
 #include <cstring>
 
 #include <hiredis/hiredis_ssl.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 
 #include "messages/types.hpp"
 
@@ -67,28 +72,109 @@ timeval to_timeval(int ms) {
 /// firewall state dropped) is noticed even on an idle connection.
 constexpr int keepalive_interval_s = 15;
 
-/// The setting a TLS context error is about, for an ec::invalid_config message.
-std::string tls_setup_error(redisSSLContextError e, const settings& cfg) {
+/// OpenSSL's reason for the last error on this thread's queue (cleared).
+std::string openssl_reason() {
+  unsigned long e = ERR_peek_last_error();
+  ERR_clear_error();
+  if (e == 0)
+    return "no detail from OpenSSL";
+  char buf[256];
+  ERR_error_string_n(e, buf, sizeof(buf));
+  return buf;
+}
+
+/// The client TLS context of redis.tls: the CA (or the system store), the
+/// client certificate and key, peer verification on.  Errors name the
+/// setting (ec::invalid_config: an operator must act).
+caf::expected<SSL_CTX*> make_tls_context(const settings& cfg, const std::string& where) {
+  static const bool ssl_init = [] { return OPENSSL_init_ssl(0, nullptr) == 1; }();
+  (void) ssl_init;
+  auto fail = [&](SSL_CTX* ctx, const std::string& what) -> caf::error {
+    if (ctx != nullptr)
+      SSL_CTX_free(ctx);
+    return caf::make_error(ec::invalid_config, where + ": TLS setup: " + what);
+  };
   auto file = [](const char* option, const std::string& path) {
     return std::string{option} + " (" + (path.empty() ? "<unset>" : path) + ")";
   };
-  std::string detail = redisSSLContextGetError(e);
-  switch (e) {
-    case REDIS_SSL_CTX_CA_CERT_LOAD_FAILED:
-      return "cannot load " + file("redis.tls-ca-file", cfg.tls_ca_file) + ": " + detail;
-    case REDIS_SSL_CTX_CLIENT_CERT_LOAD_FAILED:
-      return "cannot load " + file("redis.tls-cert-file", cfg.tls_cert_file) + ": " + detail;
-    case REDIS_SSL_CTX_PRIVATE_KEY_LOAD_FAILED:
-      return "cannot load " + file("redis.tls-key-file", cfg.tls_key_file) + ": " + detail;
-    case REDIS_SSL_CTX_CERT_KEY_REQUIRED:
-      return "redis.tls-cert-file and redis.tls-key-file must be set together: " + detail;
-    case REDIS_SSL_CTX_CLIENT_DEFAULT_CERT_FAILED:
-    case REDIS_SSL_CTX_OS_CERTSTORE_OPEN_FAILED:
-    case REDIS_SSL_CTX_OS_CERT_ADD_FAILED:
-      return "cannot use the system CA store (set redis.tls-ca-file): " + detail;
-    default:
-      return "cannot create a TLS context: " + detail;
+  if (cfg.tls_cert_file.empty() != cfg.tls_key_file.empty())
+    return fail(nullptr, "redis.tls-cert-file and redis.tls-key-file must be set together");
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  if (ctx == nullptr)
+    return fail(nullptr, "cannot create a TLS context: " + openssl_reason());
+  SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+  SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
+  if (!cfg.tls_ca_file.empty()) {
+    if (SSL_CTX_load_verify_locations(ctx, cfg.tls_ca_file.c_str(), nullptr) != 1)
+      return fail(ctx, "cannot load " + file("redis.tls-ca-file", cfg.tls_ca_file) + ": "
+                         + openssl_reason());
+  } else if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
+    return fail(ctx, "cannot use the system CA store (set redis.tls-ca-file): "
+                       + openssl_reason());
   }
+  if (!cfg.tls_cert_file.empty()) {
+    if (SSL_CTX_use_certificate_chain_file(ctx, cfg.tls_cert_file.c_str()) != 1)
+      return fail(ctx, "cannot load " + file("redis.tls-cert-file", cfg.tls_cert_file) + ": "
+                         + openssl_reason());
+    if (SSL_CTX_use_PrivateKey_file(ctx, cfg.tls_key_file.c_str(), SSL_FILETYPE_PEM) != 1)
+      return fail(ctx, "cannot load " + file("redis.tls-key-file", cfg.tls_key_file) + ": "
+                         + openssl_reason());
+  }
+  return ctx;
+}
+
+/// True if `name` is an IPv4 or IPv6 address (checked against the
+/// certificate's IP SANs, never sent as SNI).
+bool is_ip_address(const std::string& name) {
+  unsigned char buf[sizeof(in6_addr)];
+  return inet_pton(AF_INET, name.c_str(), buf) == 1 || inet_pton(AF_INET6, name.c_str(), buf) == 1;
+}
+
+/// The names a certificate holds: its DNS and IP subject alternative names,
+/// else its subject's common name.
+std::string certificate_names(X509* cert) {
+  std::string out;
+  auto add = [&](const std::string& s) { out += (out.empty() ? "" : ", ") + s; };
+  auto* sans = static_cast<GENERAL_NAMES*>(
+    X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr));
+  if (sans != nullptr) {
+    for (int i = 0; i < sk_GENERAL_NAME_num(sans); ++i) {
+      const GENERAL_NAME* g = sk_GENERAL_NAME_value(sans, i);
+      if (g->type == GEN_DNS) {
+        const auto* s = g->d.dNSName;
+        add("DNS:" + std::string{reinterpret_cast<const char*>(ASN1_STRING_get0_data(s)),
+                                 static_cast<size_t>(ASN1_STRING_length(s))});
+      } else if (g->type == GEN_IPADD) {
+        const auto* s = g->d.iPAddress;
+        char text[INET6_ADDRSTRLEN] = {0};
+        int len = ASN1_STRING_length(s);
+        if (len == 4 || len == 16)
+          inet_ntop(len == 4 ? AF_INET : AF_INET6, ASN1_STRING_get0_data(s), text, sizeof(text));
+        add(std::string{"IP:"} + (text[0] != 0 ? text : "?"));
+      }
+    }
+    GENERAL_NAMES_free(sans);
+  }
+  if (out.empty()) {
+    char cn[256] = {0};
+    if (X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, cn, sizeof(cn)) > 0)
+      add(std::string{"CN="} + cn + " (no subjectAltName)");
+  }
+  return out.empty() ? "no name" : out;
+}
+
+/// What the verify callback saw of a certificate whose name did not match
+/// (the handshake runs on the connecting thread).
+thread_local std::string mismatched_names;
+
+int verify_callback(int ok, X509_STORE_CTX* store) {
+  if (ok == 0) {
+    int err = X509_STORE_CTX_get_error(store);
+    if (err == X509_V_ERR_HOSTNAME_MISMATCH || err == X509_V_ERR_IP_ADDRESS_MISMATCH)
+      if (X509* cert = X509_STORE_CTX_get_current_cert(store))
+        mismatched_names = certificate_names(cert);
+  }
+  return ok;
 }
 
 /// True if a failed TLS handshake is about the certificates (a configuration
@@ -120,7 +206,7 @@ connection::~connection() {
   if (ctx_ != nullptr)
     redisFree(ctx_);
   if (ssl_ != nullptr)
-    redisFreeSSLContext(static_cast<redisSSLContext*>(ssl_));
+    SSL_CTX_free(static_cast<SSL_CTX*>(ssl_));
 }
 
 std::string connection::where() const { return where_; }
@@ -174,21 +260,16 @@ connection::connect(const settings& cfg, const address& at, peer kind) {
   const auto& password = sentinel ? cfg.sentinel_password : cfg.password;
   // The TLS context first: files that cannot be loaded are a configuration
   // error whether or not the server is up.
-  redisSSLContext* ssl = nullptr;
+  SSL_CTX* ssl = nullptr;
   if (cfg.tls) {
-    static const bool ssl_init = [] { return redisInitOpenSSL() == REDIS_OK; }();
-    (void) ssl_init;
-    redisSSLContextError ssl_err = REDIS_SSL_CTX_NONE;
-    auto opt = [](const std::string& s) { return s.empty() ? nullptr : s.c_str(); };
-    ssl = redisCreateSSLContext(opt(cfg.tls_ca_file), nullptr, opt(cfg.tls_cert_file),
-                                opt(cfg.tls_key_file), opt(cfg.tls_server_name), &ssl_err);
-    if (ssl == nullptr)
-      return caf::make_error(ec::invalid_config,
-                             where + ": TLS setup: " + tls_setup_error(ssl_err, cfg));
+    auto made = make_tls_context(cfg, where);
+    if (!made)
+      return made.error();
+    ssl = *made;
   }
   auto free_ssl = [&] {
     if (ssl != nullptr)
-      redisFreeSSLContext(ssl);
+      SSL_CTX_free(ssl);
   };
   redisOptions opts{};
   REDIS_OPTIONS_SET_TCP(&opts, at.host.c_str(), static_cast<int>(at.port));
@@ -215,21 +296,62 @@ connection::connect(const settings& cfg, const address& at, peer kind) {
     free_ssl();
     return caf::make_error(ec::redis_unavailable, where + ": enabling TCP keepalive: " + err);
   }
-  if (ssl != nullptr && redisInitiateSSLWithContext(ctx, ssl) != REDIS_OK) {
-    std::string err = ctx->errstr;
-    bool timeout = timed_out(ctx);
-    redisFree(ctx);
-    free_ssl();
-    if (timeout)
+  if (ssl != nullptr) {
+    // The name the certificate must hold: redis.tls-server-name, else the
+    // host dialled (for a Sentinel's answer: the address it gave).
+    const std::string& name = cfg.tls_server_name.empty() ? at.host : cfg.tls_server_name;
+    const bool ip = is_ip_address(name);
+    SSL* s = SSL_new(ssl);
+    if (s == nullptr) {
+      redisFree(ctx);
+      free_ssl();
       return caf::make_error(ec::redis_unavailable,
-                             where + ": TLS handshake: timed out after "
-                               + std::to_string(cfg.command_timeout_ms) + " ms");
-    if (certificate_problem(err))
-      return caf::make_error(ec::invalid_config,
-                             where + ": TLS handshake: " + err
-                               + " (check redis.tls-ca-file, redis.tls-server-name, "
-                                 "redis.tls-cert-file/redis.tls-key-file)");
-    return caf::make_error(ec::redis_unavailable, where + ": TLS handshake: " + err);
+                             where + ": TLS setup: cannot create a session: " + openssl_reason());
+    }
+    if (!ip)
+      SSL_set_tlsext_host_name(s, name.c_str()); // SNI
+    if (cfg.tls_verify_hostname) {
+      // OpenSSL's host check, done inside the handshake: a certificate for
+      // another name fails it, like one from another CA.
+      X509_VERIFY_PARAM* param = SSL_get0_param(s);
+      X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+      if (ip)
+        X509_VERIFY_PARAM_set1_ip_asc(param, name.c_str());
+      else
+        X509_VERIFY_PARAM_set1_host(param, name.c_str(), 0);
+    }
+    SSL_set_verify(s, SSL_VERIFY_PEER, verify_callback);
+    mismatched_names.clear();
+    if (redisInitiateSSL(ctx, s) != REDIS_OK) {
+      // hiredis owns the session only once the handshake succeeded.
+      std::string err = ctx->errstr;
+      long verdict = SSL_get_verify_result(s);
+      SSL_free(s);
+      bool timeout = timed_out(ctx);
+      redisFree(ctx);
+      free_ssl();
+      if (timeout)
+        return caf::make_error(ec::redis_unavailable,
+                               where + ": TLS handshake: timed out after "
+                                 + std::to_string(cfg.command_timeout_ms) + " ms");
+      if (verdict == X509_V_ERR_HOSTNAME_MISMATCH || verdict == X509_V_ERR_IP_ADDRESS_MISMATCH)
+        return caf::make_error(
+          ec::invalid_config,
+          where + ": TLS handshake: the server's certificate is not valid for '" + name
+            + "' (" + (cfg.tls_server_name.empty() ? "the host dialled; set redis.tls-server-name "
+                                                     "to check another name"
+                                                   : "redis.tls-server-name")
+            + "): it holds " + (mismatched_names.empty() ? "other names" : mismatched_names)
+            + " (redis.tls-verify-hostname=false skips this check: not recommended)");
+      if (verdict != X509_V_OK)
+        err += std::string{" ("} + X509_verify_cert_error_string(verdict) + ")";
+      if (certificate_problem(err))
+        return caf::make_error(ec::invalid_config,
+                               where + ": TLS handshake: " + err
+                                 + " (check redis.tls-ca-file, redis.tls-cert-file/"
+                                   "redis.tls-key-file)");
+      return caf::make_error(ec::redis_unavailable, where + ": TLS handshake: " + err);
+    }
   }
   settings mine = cfg;
   mine.host = at.host;

@@ -5,7 +5,14 @@
 //   certificates;
 // - ec::invalid_config: AUTH refused, an ACL that denies a command or key
 //   (NOPERM), TLS files that cannot be loaded, a certificate that does not
-//   verify (final: an operator must act);
+//   verify, or one that is not valid for the server's name (final: an
+//   operator must act);
+//
+// TLS checks the server's certificate against the CA and, inside the
+// handshake (OpenSSL's host check), against settings::tls_server_name, or
+// the host dialled where that is empty: an IP (a Sentinel's answer) must be
+// among the certificate's IP SANs.  tls_verify_hostname = false skips the
+// name check.
 // - ec::redis_reply: any other error reply (READONLY and MASTERDOWN among
 //   them: the server is, or follows, a replica now).
 //
@@ -77,7 +84,11 @@ struct settings {
   std::string tls_ca_file;
   std::string tls_cert_file;
   std::string tls_key_file;
+  /// The name the server's certificate must hold (and the SNI); empty: the
+  /// host dialled.
   std::string tls_server_name;
+  /// Check the certificate's name (OpenSSL's host check in the handshake).
+  bool tls_verify_hostname = true;
   int connect_timeout_ms = 3000;
   int command_timeout_ms = 10000;
   /// WAIT after every checkpoint write (redis.wait-replicas / wait-timeout); 0: none.
@@ -182,7 +193,7 @@ private:
   settings cfg_;
   std::string where_;
   redisContext* ctx_;
-  void* ssl_;  ///< redisSSLContext*, opaque here
+  void* ssl_;  ///< SSL_CTX*, opaque here
   int fd_;     ///< the socket, fixed for the connection's life (for interrupt)
   std::atomic<bool> interrupted_{false};
   std::vector<const char*> argv_;

@@ -277,3 +277,86 @@ TEST_F(secured, RedisOverTlsWithGeneratedCertificates) {
   EXPECT_NE(describe(f.error()).find("certificate"), std::string::npos) << describe(f.error());
   test::sh("rm -rf " + dir);
 }
+
+namespace {
+
+/// A throwaway CA in `dir` (ca.crt) and a server certificate it signed
+/// (NAME.crt / NAME.key) holding `san` (an openssl subjectAltName value).
+bool make_server_cert(const std::string& dir, const std::string& name, const std::string& san) {
+  auto q = [](const std::string& s) { return "'" + s + "'"; };
+  return test::sh("mkdir -p " + dir + " && cd " + dir
+                  + " && { [ -f ca.crt ] || openssl req -x509 -newkey rsa:2048 -nodes -days 1"
+                    " -subj /CN=qsp-test-ca -keyout ca.key -out ca.crt >/dev/null 2>&1; }"
+                    " && openssl req -newkey rsa:2048 -nodes -subj /CN=" + name
+                  + " -keyout " + name + ".key -out " + name + ".csr >/dev/null 2>&1"
+                    " && printf '%s\\n' " + q("subjectAltName=" + san) + " > " + name + ".ext"
+                  + " && openssl x509 -req -in " + name + ".csr -CA ca.crt -CAkey ca.key"
+                    " -CAcreateserial -days 1 -extfile " + name + ".ext -out " + name
+                  + ".crt >/dev/null 2>&1")
+         == 0;
+}
+
+} // namespace
+
+// DESIGN of issue 27: the server certificate's name is checked in the TLS
+// handshake (OpenSSL's host check), against redis.tls-server-name or else the
+// host dialled.  Before, a certificate from the configured CA was accepted
+// for any address: hiredis used the server name for SNI only.
+TEST_F(secured, RedisCertificateForAnotherNameIsRefused) {
+  auto dir = "/tmp/" + test::unique_name("tlsname");
+  ASSERT_TRUE(make_server_cert(dir, "wrong.example", "DNS:wrong.example"));
+  test::private_redis redis{"tls-wrong-name",
+                            {"--tls-cert-file", dir + "/wrong.example.crt", "--tls-key-file",
+                             dir + "/wrong.example.key", "--tls-ca-cert-file", dir + "/ca.crt",
+                             "--tls-auth-clients", "no"},
+                            true};
+  ASSERT_TRUE(redis.wait_ready("--tls --cacert " + dir + "/ca.crt --sni wrong.example"
+                               " --insecure"));
+  auto cfg = test::redis_settings(ns, convs);
+  cfg.port = redis.port;
+  cfg.tls = true;
+  cfg.tls_ca_file = dir + "/ca.crt";
+  auto expect_refused = [&](const redis::settings& c, const std::string& expected) {
+    auto conn = redis::connection::open(c);
+    ASSERT_FALSE(conn) << "a certificate for wrong.example was accepted for " << expected;
+    EXPECT_EQ(conn.error().code(), static_cast<uint8_t>(ec::invalid_config))
+      << describe(conn.error());
+    auto text = describe(conn.error());
+    EXPECT_NE(text.find("not valid for '" + expected + "'"), std::string::npos) << text;
+    EXPECT_NE(text.find("DNS:wrong.example"), std::string::npos) << text;
+  };
+  // The host dialled (an IP: the certificate holds no IP SAN) ...
+  expect_refused(cfg, "127.0.0.1");
+  // ... and a configured name the certificate does not hold.
+  auto named = cfg;
+  named.tls_server_name = "right.example";
+  expect_refused(named, "right.example");
+  // The same certificate is otherwise good: for its own name it connects,
+  // and with the opt-out it connects under any name.
+  auto own = cfg;
+  own.tls_server_name = "wrong.example";
+  auto ok = redis::connection::open(own);
+  ASSERT_TRUE(ok) << describe(ok.error());
+  EXPECT_TRUE((*ok)->command({"PING"}));
+  auto unchecked = named;
+  unchecked.tls_verify_hostname = false;
+  auto loose = redis::connection::open(unchecked);
+  ASSERT_TRUE(loose) << describe(loose.error());
+
+  // The node: a configuration error (exit 2) naming both names, nothing
+  // written; the opt-out works and warns.
+  std::vector<std::string> tls{"--redis.tls", "--redis.tls-ca-file=" + dir + "/ca.crt",
+                               "--redis.tls-server-name=right.example"};
+  auto r = test::run_cli(args("catch-up", redis.port, tls));
+  EXPECT_EQ(r.rc, 2) << r.err;
+  EXPECT_NE(r.err.find("not valid for 'right.example'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("DNS:wrong.example"), std::string::npos) << r.err;
+  auto keys = (*ok)->command({"DBSIZE"});
+  ASSERT_TRUE(keys) << describe(keys.error());
+  EXPECT_EQ((*keys)->integer, 0) << "written through a connection that should have been refused";
+  tls.push_back("--redis.tls-verify-hostname=false");
+  auto opted = test::run_cli(args("catch-up", redis.port, tls));
+  EXPECT_EQ(opted.rc, 0) << opted.err;
+  EXPECT_NE(opted.err.find("redis.tls-verify-hostname=false"), std::string::npos) << opted.err;
+  test::sh("rm -rf " + dir);
+}

@@ -52,7 +52,12 @@ struct redis_settings {
   std::string tls_ca_file;
   std::string tls_cert_file;
   std::string tls_key_file;
+  /// redis.tls-server-name: the name the server's certificate must hold,
+  /// and the SNI (empty: the host dialled, for Sentinels' answers an IP).
   std::string tls_server_name;
+  /// redis.tls-verify-hostname: check the certificate's name in the TLS
+  /// handshake (default); false logs a warning at every start.
+  bool tls_verify_hostname = true;
   /// redis.connect-timeout
   std::chrono::milliseconds connect_timeout{3000};
   /// redis.command-timeout: the deadline of every exchange, pipelined ZADD
