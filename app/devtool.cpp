@@ -7,15 +7,30 @@
 //       Topic configs such as min.insync.replicas=2,
 //       unclean.leader.election.enable=true, retention.ms=...
 //   qsp-devtool delete-topic BOOTSTRAP TOPIC
-//   qsp-devtool probe BOOTSTRAP [--coordinators] [--brokers=N] [--timeout-ms=N]
+//   qsp-devtool probe BOOTSTRAP [--coordinators] [--brokers=N] [--topic=NAME]
+//                     [--timeout-ms=N]
 //       exit 0 when the broker answers a Metadata request listing a broker
 //       (with --brokers=N: at least N brokers, i.e. N registered and
 //       unfenced; scripts/services start --ha waits for 3) and, with
 //       --coordinators, has a group coordinator (an offset fetch
 //       for a probe group) and a transaction coordinator (a transactional
 //       producer's init, which also makes the broker create
-//       __consumer_offsets and __transaction_state up front); exit 1 with the
-//       reason on stderr otherwise.  scripts/services' readiness probe.
+//       __consumer_offsets and __transaction_state up front), and with
+//       --topic=NAME a Metadata answer for that topic without a topic error
+//       (e.g. "Broker: Topic authorization failed" for a principal without a
+//       Describe ACL); exit 1 with the reason on stderr otherwise (followed by
+//       the client's last error, e.g. a failed TLS handshake or SASL
+//       authentication, when it reported one).  scripts/services' readiness
+//       probe.
+//
+//   Every command takes librdkafka properties for its clients, anywhere after
+//   the command: -X KEY=VALUE (repeatable) and -F FILE (KEY=VALUE lines, # and
+//   blank lines skipped; scripts/services start --secure writes
+//   <state>/kafka-admin.properties), applied in the order given, e.g.
+//     qsp-devtool probe 127.0.0.1:9093 -F .services-secure/kafka-admin.properties
+//     qsp-devtool probe 127.0.0.1:9093 -X security.protocol=SASL_SSL
+//       -X sasl.mechanism=SCRAM-SHA-512 -X sasl.username=admin
+//       -X sasl.password=... -X ssl.ca.location=ca.crt
 //   qsp-devtool produce BOOTSTRAP TOPIC PARTITIONS COUNT [RATE_PER_S] [SEED]
 //                       [--realistic] [--summary] [--batch=N] [--resp-out=FILE]
 //       COUNT 0 with a RATE: produce until SIGTERM/SIGINT.  Users are drawn
@@ -44,6 +59,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -140,10 +156,33 @@ struct rk_deleter {
 };
 using rk_ptr = std::unique_ptr<rd_kafka_t, rk_deleter>;
 
-rk_ptr probe_handle(rd_kafka_type_t type, const std::string& bootstrap,
-                    std::vector<std::pair<std::string, std::string>> props, std::string& why) {
+using properties = std::vector<std::pair<std::string, std::string>>;
+
+/// -X KEY=VALUE and -F FILE of the command line (-F: KEY=VALUE lines).
+properties client_properties;
+
+/// The last error a probe client reported (its error callback: a refused
+/// connection, a failed TLS handshake or SASL authentication), to follow the
+/// probe's own reason.
+struct last_error {
+  std::string text;
+  static void on_error(rd_kafka_t*, int, const char* reason, void* opaque) {
+    static_cast<last_error*>(opaque)->text = reason;
+  }
+  /// `what`, followed by the client's last error if it reported one.
+  std::string explain(rd_kafka_t* rk, std::string what) {
+    rd_kafka_poll(rk, 0); // serves the queued error callbacks
+    if (!text.empty())
+      what += " (last client error: " + text + ")";
+    return what;
+  }
+};
+
+rk_ptr probe_handle(rd_kafka_type_t type, const std::string& bootstrap, properties props,
+                    std::string& why, last_error* errors = nullptr) {
   char err[512];
   rd_kafka_conf_t* conf = rd_kafka_conf_new();
+  props.insert(props.begin(), client_properties.begin(), client_properties.end());
   props.emplace_back("bootstrap.servers", bootstrap);
   props.emplace_back("client.id", "qsp-devtool-probe");
   props.emplace_back("log_level", "0"); // a broker that is not up yet is the expected case
@@ -153,6 +192,10 @@ rk_ptr probe_handle(rd_kafka_type_t type, const std::string& bootstrap,
       why = err;
       return nullptr;
     }
+  if (errors != nullptr) {
+    rd_kafka_conf_set_opaque(conf, errors);
+    rd_kafka_conf_set_error_cb(conf, &last_error::on_error);
+  }
   rd_kafka_t* rk = rd_kafka_new(type, conf, err, sizeof(err));
   if (rk == nullptr) {
     rd_kafka_conf_destroy(conf);
@@ -163,16 +206,17 @@ rk_ptr probe_handle(rd_kafka_type_t type, const std::string& bootstrap,
 
 /// "" when the broker is ready, the reason otherwise.
 std::string probe_broker(const std::string& bootstrap, bool coordinators, int min_brokers,
-                         int timeout_ms) {
+                         const std::string& topic, int timeout_ms) {
   std::string why;
   {
-    auto rk = probe_handle(RD_KAFKA_PRODUCER, bootstrap, {}, why);
+    last_error errors;
+    auto rk = probe_handle(RD_KAFKA_PRODUCER, bootstrap, {}, why, &errors);
     if (!rk)
       return "cannot create a client: " + why;
     const rd_kafka_metadata_t* md = nullptr;
     auto err = rd_kafka_metadata(rk.get(), 0, nullptr, &md, timeout_ms);
     if (err)
-      return std::string{"metadata: "} + rd_kafka_err2str(err);
+      return errors.explain(rk.get(), std::string{"metadata: "} + rd_kafka_err2str(err));
     int brokers = md->broker_cnt;
     rd_kafka_metadata_destroy(md);
     if (brokers < 1)
@@ -180,13 +224,27 @@ std::string probe_broker(const std::string& bootstrap, bool coordinators, int mi
     if (brokers < min_brokers)
       return "metadata lists " + std::to_string(brokers) + " of the " + std::to_string(min_brokers)
              + " brokers expected";
+    if (!topic.empty()) {
+      rd_kafka_topic_t* rkt = rd_kafka_topic_new(rk.get(), topic.c_str(), nullptr);
+      if (rkt == nullptr)
+        return "topic " + topic + ": " + rd_kafka_err2str(rd_kafka_last_error());
+      err = rd_kafka_metadata(rk.get(), 0, rkt, &md, timeout_ms);
+      rd_kafka_topic_destroy(rkt);
+      if (err)
+        return errors.explain(rk.get(), "metadata of topic " + topic + ": " + rd_kafka_err2str(err));
+      auto terr = md->topic_cnt == 1 ? md->topics[0].err : RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
+      rd_kafka_metadata_destroy(md);
+      if (terr)
+        return "metadata of topic " + topic + ": " + rd_kafka_err2str(terr);
+    }
   }
   if (!coordinators)
     return {};
   {
+    last_error errors;
     auto rk = probe_handle(RD_KAFKA_CONSUMER, bootstrap,
                            {{"group.id", "qsp-services-probe"}, {"enable.auto.commit", "false"}},
-                           why);
+                           why, &errors);
     if (!rk)
       return "cannot create a consumer: " + why;
     auto* parts = rd_kafka_topic_partition_list_new(1);
@@ -194,21 +252,74 @@ std::string probe_broker(const std::string& bootstrap, bool coordinators, int mi
     auto err = rd_kafka_committed(rk.get(), parts, timeout_ms);
     rd_kafka_topic_partition_list_destroy(parts);
     if (err)
-      return std::string{"group coordinator not available yet: "} + rd_kafka_err2str(err);
+      return errors.explain(rk.get(), std::string{"group coordinator not available yet: "}
+                                        + rd_kafka_err2str(err));
     rd_kafka_consumer_close(rk.get());
   }
   {
+    last_error errors;
     auto rk = probe_handle(RD_KAFKA_PRODUCER, bootstrap,
-                           {{"transactional.id", "qsp-services-probe"}}, why);
+                           {{"transactional.id", "qsp-services-probe"}}, why, &errors);
     if (!rk)
       return "cannot create a transactional producer: " + why;
     if (auto* e = rd_kafka_init_transactions(rk.get(), timeout_ms)) {
       std::string text = "transaction coordinator not available yet: ";
       text += rd_kafka_error_string(e);
       rd_kafka_error_destroy(e);
-      return text;
+      return errors.explain(rk.get(), text);
     }
   }
+  return {};
+}
+
+/// Moves -X KEY=VALUE (also -XKEY=VALUE) and -F FILE out of argv (after the
+/// command) into client_properties; "" on success, the problem otherwise.
+std::string take_client_properties(int& argc, char** argv) {
+  auto add = [](std::string_view kv, const std::string& where) -> std::string {
+    auto eq = kv.find('=');
+    if (eq == std::string_view::npos || eq == 0)
+      return where + ": expected KEY=VALUE, not '" + std::string{kv} + "'";
+    client_properties.emplace_back(std::string{kv.substr(0, eq)}, std::string{kv.substr(eq + 1)});
+    return {};
+  };
+  int out = 2;
+  for (int i = 2; i < argc; ++i) {
+    std::string_view a = argv[i];
+    std::string problem;
+    if (a == "-X" || a == "-F") {
+      if (i + 1 >= argc)
+        return std::string{a} + " needs an argument";
+      std::string_view value = argv[++i];
+      if (a == "-X") {
+        problem = add(value, "-X");
+      } else {
+        std::ifstream in{std::string{value}};
+        if (!in)
+          return "-F: cannot read " + std::string{value};
+        std::string line;
+        for (int n = 1; std::getline(in, line); ++n) {
+          while (!line.empty() && (line.back() == '\r' || line.back() == ' '))
+            line.pop_back();
+          auto start = line.find_first_not_of(" \t");
+          if (start == std::string::npos || line[start] == '#')
+            continue;
+          problem = add(std::string_view{line}.substr(start),
+                        std::string{value} + ":" + std::to_string(n));
+          if (!problem.empty())
+            break;
+        }
+      }
+    } else if (a.substr(0, 2) == "-X") {
+      problem = add(a.substr(2), "-X");
+    } else {
+      argv[out++] = argv[i];
+      continue;
+    }
+    if (!problem.empty())
+      return problem;
+  }
+  argc = out;
+  argv[argc] = nullptr;
   return {};
 }
 
@@ -226,7 +337,10 @@ void usage(std::FILE* to) {
     "      (0 or none: as fast as possible), SEED of the generator (default 1);\n"
     "      recipients are users u0..u99999 (Zipf-like: u0 the busiest),\n"
     "      conversations c-0..c-999999\n"
-    "  qsp-devtool probe BOOTSTRAP [--coordinators] [--brokers=N] [--timeout-ms=N]\n"
+    "  qsp-devtool probe BOOTSTRAP [--coordinators] [--brokers=N] [--topic=NAME]\n"
+    "                    [--timeout-ms=N]\n"
+    "Every command also takes librdkafka client properties: -X KEY=VALUE (repeatable)\n"
+    "and -F FILE (KEY=VALUE lines), e.g. -X security.protocol=SASL_SSL.\n"
     "Exit 0 on success (nothing is printed), 1 on a broker error, 2 on a usage error.\n",
     to);
 }
@@ -237,9 +351,14 @@ int main(int argc, char** argv) {
     usage(stdout);
     return 0;
   }
+  if (auto problem = take_client_properties(argc, argv); !problem.empty()) {
+    std::fprintf(stderr, "qsp-devtool: %s\n", problem.c_str());
+    return 2;
+  }
   if (argc >= 3 && std::string_view{argv[1]} == "probe") {
     bool coordinators = false;
     int timeout_ms = 3000, min_brokers = 1;
+    std::string topic;
     for (int i = 3; i < argc; ++i) {
       std::string_view a = argv[i];
       if (a == "--coordinators")
@@ -248,12 +367,14 @@ int main(int argc, char** argv) {
         min_brokers = std::atoi(argv[i] + 10);
       else if (a.substr(0, 13) == "--timeout-ms=" && std::atoi(argv[i] + 13) > 0)
         timeout_ms = std::atoi(argv[i] + 13);
+      else if (a.substr(0, 8) == "--topic=" && a.size() > 8)
+        topic = std::string{a.substr(8)};
       else {
         std::fprintf(stderr, "qsp-devtool probe: unknown option %s\n", argv[i]);
         return 2;
       }
     }
-    auto why = probe_broker(argv[2], coordinators, min_brokers, timeout_ms);
+    auto why = probe_broker(argv[2], coordinators, min_brokers, topic, timeout_ms);
     if (why.empty())
       return 0;
     std::fprintf(stderr, "%s\n", why.c_str());
@@ -267,6 +388,7 @@ int main(int argc, char** argv) {
   qsp::kafka::client_settings cs;
   cs.bootstrap_servers = argv[2];
   cs.client_id = "qsp-devtool";
+  cs.properties = client_properties;
   std::string topic = argv[3];
   if (cmd == "create-topic" || cmd == "delete-topic") {
     int partitions = 1, rf = 1;
