@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/services without any service running (no process is started): the
-# answers of status, the fault commands and option parsing on empty, default
-# and HA state dirs.  Usage: services_cli_test.sh <repo>
+# answers of status, the fault commands and option parsing on empty, default,
+# HA and secured state dirs.  Usage: services_cli_test.sh <repo>
 set -uo pipefail
 SERVICES=$1/scripts/services
 dir=$(mktemp -d /tmp/qsp-services-cli.XXXXXX)
@@ -25,7 +25,7 @@ expect() {
 # A state dir without an env file (as after stop): not running, exit 3.
 expect 3 '^redis: not running' status
 expect 3 '^kafka: not running' status
-expect 1 "unknown option '--bogus' \(only --ha\)" start --bogus
+expect 1 "unknown option '--bogus' \(only --ha or --secure\)" start --bogus
 expect 1 "holds no HA set" kill-broker 1
 expect 1 "holds no HA set" start-redis primary
 expect 0 '' stop
@@ -57,6 +57,24 @@ expect 1 "kafka-1 is not running" kill-broker 1
 expect 0 '' stop
 [ -e "$dir/toxiproxy.pid" ] && { echo "FAIL: stop left toxiproxy's stale pid file"; fails=$((fails + 1)); }
 [ -e "$dir/topology" ] && { echo "FAIL: stop left the topology marker"; fails=$((fails + 1)); }
+
+# start --secure without the readiness probe tool: a clear error before anything starts.
+QSP_DEVTOOL=$dir/no-devtool \
+  expect 1 "no-devtool is missing: the secured set's readiness probe needs it" start --secure
+[ -e "$dir/secure-ports" ] && { echo "FAIL: start --secure without the probe picked ports"; fails=$((fails + 1)); }
+
+# A secured state dir whose processes are gone.
+echo secure >"$dir/topology"
+expect 3 '^redis-secure: not running$' status      # no ports recorded yet
+printf '%s\n' "kafka 1" "wrongname 2" "controller 3" "redis 4" >"$dir/secure-ports"
+expect 3 '^redis-secure: not running \(TLS port 4\)' status
+expect 3 '^kafka-secure: not running \(SASL_SSL port 1\)' status
+# Stale pid files naming a process that is not ours: not signalled, not running.
+echo $$ >"$dir/kafka-secure.pid"; echo $$ >"$dir/redis-secure.pid"
+expect 3 '^kafka-secure: not running' status
+expect 0 '' stop
+[ -e "$dir/kafka-secure.pid" ] && { echo "FAIL: stop left kafka-secure's stale pid file"; fails=$((fails + 1)); }
+[ -e "$dir/topology" ] && { echo "FAIL: stop left the secured topology marker"; fails=$((fails + 1)); }
 
 [ $fails = 0 ] && echo "all passed"
 exit $((fails > 0))
