@@ -50,7 +50,11 @@ caf::expected<broker_state> admin::identity(const std::string& topic) {
   rd_kafka_TopicCollection_destroy(coll);
 
   broker_state st;
-  auto cev = await_result(waits_, cq.get(), timeout_ms_, "describe cluster", "Describe on the cluster");
+  auto cev = await_result(
+    waits_, cq.get(), timeout_ms_, "describe cluster",
+    "a permission DescribeCluster should not need (the broker checks Describe on the cluster only "
+    "when authorized operations are requested, and the node requests none): check the "
+    "broker's authorizer");
   if (!cev)
     return cev.error();
   const char* cid = rd_kafka_DescribeCluster_result_cluster_id(
@@ -59,7 +63,8 @@ caf::expected<broker_state> admin::identity(const std::string& topic) {
     return caf::make_error(ec::kafka_unavailable, "describe cluster: the broker reported no cluster id");
   st.cluster_id = cid;
 
-  auto ev = await_result(waits_, tq.get(), timeout_ms_, "describe topic " + topic, "Describe on topic " + topic);
+  auto ev = await_result(waits_, tq.get(), timeout_ms_, "describe topic " + topic,
+                         read_permission(topic));
   if (!ev)
     return ev.error();
   auto* res = rd_kafka_event_DescribeTopics_result(ev->get());
@@ -79,7 +84,7 @@ caf::expected<broker_state> admin::identity(const std::string& topic) {
                                + " does not exist on the broker (or its metadata is still "
                                  "propagating)");
     if (is_auth_error(code))
-      return auth_error(code, "describe topic " + topic, detail, "Describe on topic " + topic);
+      return auth_error(code, "describe topic " + topic, detail, read_permission(topic));
     return caf::make_error(ec::kafka_unavailable, "describe topic " + topic + ": " + detail
                                                     + " (" + rd_kafka_err2name(code) + ")");
   }

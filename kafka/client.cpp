@@ -344,13 +344,25 @@ options_ptr make_admin_options(rd_kafka_t* rk, rd_kafka_admin_op_t op, int timeo
   return o;
 }
 
+std::string read_permission(const std::string& topic) {
+  return "Read on topic " + topic + " (Read implies the Describe this request needs)";
+}
+
+std::string group_permission(const std::string& group) {
+  return "Describe on group " + group
+         + " (librdkafka's consumer looks up its group's coordinator even with static "
+           "assignment; ownership = group needs Read on group "
+         + group + ")";
+}
+
 caf::error auth_error(rd_kafka_resp_err_t code, const std::string& what, const std::string& detail,
                       const std::string& permission) {
   std::string need;
   switch (code) {
     case RD_KAFKA_RESP_ERR__AUTHENTICATION:
     case RD_KAFKA_RESP_ERR_SASL_AUTHENTICATION_FAILED:
-      need = "the broker refused the credentials (check kafka.properties sasl.*/ssl.*)";
+      need = "the broker refused the credentials (check sasl.username and sasl.mechanism in "
+             "kafka.properties, and kafka.sasl-password-file)";
       break;
     case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
       need = "the principal lacks a permission on the cluster (" + permission + ")";

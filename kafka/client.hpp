@@ -151,6 +151,12 @@ options_ptr make_admin_options(rd_kafka_t* rk, rd_kafka_admin_op_t op, int timeo
 
 /// An authorization/authentication failure (ec::invalid_config) of `what`,
 /// naming what is missing: `permission` (the ACL the request needs) or the
+/// The ACL the node needs for a topic's metadata, fetch and offsets: Read
+/// (which implies Describe), named as docs/OPERATIONS.md lists it.
+std::string read_permission(const std::string& topic);
+/// The ACL the dispatch consumer needs on its group (coordinator lookup).
+std::string group_permission(const std::string& group);
+
 /// credentials.
 caf::error auth_error(rd_kafka_resp_err_t code, const std::string& what,
                       const std::string& detail, const std::string& permission);

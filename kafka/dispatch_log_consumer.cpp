@@ -116,10 +116,12 @@ public:
         // Not authorized to read the topic: final (an operator must grant
         // it); anything else: transient.
         if (!failure)
-          failure = caf::make_error(is_auth_error(m->err) ? ec::invalid_config : ec::kafka_read,
-                                    where() + offset_text(m->offset) + ": "
-                                      + rd_kafka_message_errstr(m) + " ("
-                                      + rd_kafka_err2name(m->err) + ")");
+          failure = is_auth_error(m->err)
+                      ? auth_error(m->err, where() + offset_text(m->offset),
+                                   rd_kafka_message_errstr(m), read_permission(topic_))
+                      : caf::make_error(ec::kafka_read, where() + offset_text(m->offset) + ": "
+                                                          + rd_kafka_message_errstr(m) + " ("
+                                                          + rd_kafka_err2name(m->err) + ")");
       } else if (!failure && !stopped) {
         // Straight from librdkafka's buffer: the value is not copied.
         rd_kafka_timestamp_type_t tt;
@@ -511,12 +513,10 @@ void dispatch_log_consumer::client_error(rd_kafka_resp_err_t err, const std::str
   auto where = "consumer of " + cfg_.topic + ": ";
   if (is_auth_error(err)) {
     if (!result)
-      result = caf::make_error(
-        ec::invalid_config,
-        where + "not authorized (" + name + "): " + text
-          + ": check kafka.properties (credentials) and the broker ACLs (Read and Describe on "
-            "topic "
-          + cfg_.topic + ", Describe on the cluster, group " + cfg_.group_id + ")");
+      result = auth_error(err, where.substr(0, where.size() - 2), text,
+                          err == RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED
+                            ? group_permission(cfg_.group_id)
+                            : read_permission(cfg_.topic));
   } else if (err == RD_KAFKA_RESP_ERR__SSL && mentions_certificate(text)) {
     if (!result)
       result = caf::make_error(ec::invalid_config, where + "TLS certificate problem (" + name

@@ -80,13 +80,21 @@ void on_rebalance(member_core& core, rd_kafka_t* rk, rd_kafka_resp_err_t err,
   rd_kafka_assign(rk, nullptr);
 }
 
+/// ownership = group joins the group (Read on it) and reads the topic's
+/// metadata to assign it (Read on the topic covers that).
+std::string member_permission(const member_core& core) {
+  return "Read on group " + core.cfg.group_id + " (ownership = group joins it) and "
+         + read_permission(core.cfg.topic);
+}
+
 void run(std::shared_ptr<member_core> core, handle_ptr rk, std::shared_ptr<error_sink> errors) {
   auto* h = rk.get();
   while (!core->leaving) {
     if (auto* m = rd_kafka_consumer_poll(h, 100)) {
       if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR && m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF
           && is_auth_error(m->err)) {
-        core->events.failed(kafka_error(m->err, "consumer group " + core->cfg.group_id));
+        core->events.failed(auth_error(m->err, "consumer group " + core->cfg.group_id,
+                                       rd_kafka_message_errstr(m), member_permission(*core)));
         core->leaving = true;
       }
       rd_kafka_message_destroy(m);
@@ -99,8 +107,8 @@ void run(std::shared_ptr<member_core> core, handle_ptr rk, std::shared_ptr<error
     }
     for (auto& e : errors->take())
       if (is_auth_error(e.err)) {
-        core->events.failed(kafka_error(e.err, "consumer group " + core->cfg.group_id + ": "
-                                                 + e.last_text));
+        core->events.failed(auth_error(e.err, "consumer group " + core->cfg.group_id,
+                                       e.last_text, member_permission(*core)));
         core->leaving = true;
       }
   }

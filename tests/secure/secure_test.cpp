@@ -1,0 +1,396 @@
+// The node against the secured service set (scripts/services start --secure):
+// Kafka over SASL_SSL with SCRAM-SHA-512 and the StandardAuthorizer, Redis
+// over TLS only with the least-privilege ACL user of config/redis-acl.conf.
+// Each test grants the node's Kafka principal exactly the ACLs it names
+// (through the admin API, as the super user) on a topic and group of its own.
+//
+// Label `secure`.  Every test skips unless a secured set is found
+// (QSP_SERVICES_ENV, else <repo>/.services-secure/env); with
+// QSP_REQUIRE_SECURE set (scripts/test) a missing set fails instead.
+#include <signal.h>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <librdkafka/rdkafka.h>
+
+#include "kafka/admin.hpp"
+#include "kafka/producer.hpp"
+#include "messages/types.hpp"
+#include "redis/connection.hpp"
+#include "tests/support/integration.hpp"
+
+using namespace qsp;
+using namespace std::chrono_literals;
+using test::slurp;
+
+namespace {
+
+// -- the secured set ---------------------------------------------------------
+
+struct secure_set {
+  std::map<std::string, std::string> env;
+  std::string at(const std::string& k) const {
+    auto i = env.find(k);
+    return i == env.end() ? std::string{} : i->second;
+  }
+  std::string secret(const std::string& file_key) const {
+    std::ifstream in{at(file_key)};
+    std::string s;
+    std::getline(in, s);
+    return s;
+  }
+};
+
+const secure_set* secure_env(std::string* why) {
+  static const std::pair<std::optional<secure_set>, std::string> found = [] {
+    std::vector<std::string> files;
+    if (const char* p = std::getenv("QSP_SERVICES_ENV"))
+      files.emplace_back(p);
+    files.emplace_back(QSP_SOURCE_DIR "/.services-secure/env");
+    std::string reasons;
+    for (auto& f : files) {
+      std::ifstream in{f};
+      if (!in) {
+        reasons += (reasons.empty() ? "" : "; ") + ("cannot read " + f);
+        continue;
+      }
+      secure_set s;
+      std::string line;
+      while (std::getline(in, line)) {
+        if (line.rfind("export ", 0) == 0)
+          line = line.substr(7);
+        if (auto eq = line.find('='); eq != std::string::npos)
+          s.env[line.substr(0, eq)] = line.substr(eq + 1);
+      }
+      if (s.at("QSP_SERVICES_TOPOLOGY") == "secure")
+        return std::make_pair(std::optional<secure_set>{s}, std::string{});
+      reasons += (reasons.empty() ? "" : "; ") + f + " describes another set";
+    }
+    return std::make_pair(std::optional<secure_set>{},
+                          "no secured set (" + reasons
+                            + "): run scripts/test, or start one with "
+                              "QSP_SERVICES_DIR=.services-secure scripts/services start --secure");
+  }();
+  if (why != nullptr)
+    *why = found.second;
+  return found.first ? &*found.first : nullptr;
+}
+
+#define REQUIRE_SECURE_SET()                               \
+  do {                                                     \
+    std::string why_;                                      \
+    if (secure_env(&why_) == nullptr) {                    \
+      if (std::getenv("QSP_REQUIRE_SECURE") != nullptr)    \
+        FAIL() << why_;                                    \
+      GTEST_SKIP() << why_;                                \
+    }                                                      \
+  } while (false)
+
+const secure_set& S() { return *secure_env(nullptr); }
+
+/// librdkafka properties of a SASL_SSL client as `user`.
+std::vector<std::pair<std::string, std::string>> sasl_props(const std::string& user,
+                                                            const std::string& password) {
+  return {{"security.protocol", "SASL_SSL"},
+          {"sasl.mechanism", S().at("KAFKA_SASL_MECHANISM")},
+          {"sasl.username", user},
+          {"sasl.password", password},
+          {"ssl.ca.location", S().at("KAFKA_CA_FILE")}};
+}
+
+kafka::client_settings admin_client() {
+  kafka::client_settings c;
+  c.bootstrap_servers = S().at("KAFKA_BOOTSTRAP");
+  c.client_id = "qsp-secure-test";
+  c.properties = sasl_props(S().at("KAFKA_ADMIN_USER"), S().secret("KAFKA_ADMIN_PASSWORD_FILE"));
+  return c;
+}
+
+// -- Kafka ACLs through the admin API (as the super user) --------------------
+
+struct acl {
+  rd_kafka_ResourceType_t type;
+  std::string name;
+  rd_kafka_AclOperation_t op;
+  std::string label; ///< as the docs name it
+};
+
+using rk_ptr = std::unique_ptr<rd_kafka_t, decltype(&rd_kafka_destroy)>;
+
+rk_ptr admin_handle() {
+  auto* conf = rd_kafka_conf_new();
+  char err[512];
+  auto set = [&](const std::string& k, const std::string& v) {
+    if (rd_kafka_conf_set(conf, k.c_str(), v.c_str(), err, sizeof(err)) != RD_KAFKA_CONF_OK)
+      ADD_FAILURE() << k << ": " << err;
+  };
+  set("bootstrap.servers", S().at("KAFKA_BOOTSTRAP"));
+  for (auto& [k, v] : admin_client().properties)
+    set(k, v);
+  auto* rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+  if (rk == nullptr)
+    ADD_FAILURE() << err;
+  return rk_ptr{rk, &rd_kafka_destroy};
+}
+
+/// Creates (or deletes) one ALLOW ACL for the node's principal; true on success.
+bool change_acl(const acl& a, bool create) {
+  auto rk = admin_handle();
+  if (!rk)
+    return false;
+  char err[512];
+  auto principal = "User:" + S().at("KAFKA_NODE_USER");
+  auto* q = rd_kafka_queue_new(rk.get());
+  bool ok = false;
+  if (create) {
+    auto* b = rd_kafka_AclBinding_new(a.type, a.name.c_str(), RD_KAFKA_RESOURCE_PATTERN_LITERAL,
+                                      principal.c_str(), "*", a.op,
+                                      RD_KAFKA_ACL_PERMISSION_TYPE_ALLOW, err, sizeof(err));
+    rd_kafka_CreateAcls(rk.get(), &b, 1, nullptr, q);
+    auto* ev = rd_kafka_queue_poll(q, 15000);
+    if (ev != nullptr) {
+      size_t n = 0;
+      auto** rs = rd_kafka_CreateAcls_result_acls(rd_kafka_event_CreateAcls_result(ev), &n);
+      ok = rd_kafka_event_error(ev) == RD_KAFKA_RESP_ERR_NO_ERROR && n == 1
+           && rd_kafka_acl_result_error(rs[0]) == nullptr;
+      rd_kafka_event_destroy(ev);
+    }
+    rd_kafka_AclBinding_destroy(b);
+  } else {
+    auto* f = rd_kafka_AclBindingFilter_new(a.type, a.name.c_str(),
+                                            RD_KAFKA_RESOURCE_PATTERN_LITERAL, principal.c_str(),
+                                            "*", a.op, RD_KAFKA_ACL_PERMISSION_TYPE_ALLOW, err,
+                                            sizeof(err));
+    rd_kafka_DeleteAcls(rk.get(), &f, 1, nullptr, q);
+    auto* ev = rd_kafka_queue_poll(q, 15000);
+    if (ev != nullptr) {
+      ok = rd_kafka_event_error(ev) == RD_KAFKA_RESP_ERR_NO_ERROR;
+      rd_kafka_event_destroy(ev);
+    }
+    rd_kafka_AclBinding_destroy(f);
+  }
+  rd_kafka_queue_destroy(q);
+  return ok;
+}
+
+// -- Redis as its admin (default user) ---------------------------------------
+
+redis::settings redis_admin() {
+  redis::settings r;
+  r.host = S().at("REDIS_HOST");
+  r.port = static_cast<uint16_t>(std::stoi(S().at("REDIS_PORT")));
+  r.tls = true;
+  r.tls_ca_file = S().at("REDIS_CA_FILE");
+  r.password = S().secret("REDIS_ADMIN_PASSWORD_FILE");
+  return r;
+}
+
+std::string redis_admin_cmd(const std::vector<std::string>& argv) {
+  auto c = redis::connection::open(redis_admin());
+  if (!c)
+    return "ERR:" + describe(c.error());
+  return test::redis_cmd(**c, argv);
+}
+
+// -- the fixture -------------------------------------------------------------
+
+struct secure : ::testing::Test {
+  std::string topic;
+  std::string group;
+  std::string ns = "session_projection"; // the Redis ACL's key patterns
+  std::string convs = "convs:";
+  std::string dir;
+  /// The minimal Kafka ACLs (docs/OPERATIONS.md, "Securing the node").
+  std::vector<acl> minimal() const {
+    return {{RD_KAFKA_RESOURCE_TOPIC, topic, RD_KAFKA_ACL_OPERATION_READ, "Read on topic"},
+            {RD_KAFKA_RESOURCE_TOPIC, topic, RD_KAFKA_ACL_OPERATION_DESCRIBE_CONFIGS,
+             "DescribeConfigs on topic"},
+            // librdkafka's consumer looks up its group's coordinator even with
+            // static assignment (it needs a group.id to assign at all).
+            {RD_KAFKA_RESOURCE_GROUP, group, RD_KAFKA_ACL_OPERATION_DESCRIBE, "Describe on group"}};
+  }
+  acl group_read() const {
+    return {RD_KAFKA_RESOURCE_GROUP, group, RD_KAFKA_ACL_OPERATION_READ, "Read on group"};
+  }
+
+  void SetUp() override {
+    REQUIRE_SECURE_SET();
+    topic = test::unique_name("secure");
+    group = topic + "-group";
+    dir = "/tmp/" + topic;
+    test::sh("mkdir -p " + dir);
+    auto admin = kafka::admin::make(admin_client());
+    ASSERT_TRUE(admin) << describe(admin.error());
+    auto made = (*admin)->create_topic(topic, 1);
+    ASSERT_TRUE(made) << describe(made.error());
+    auto p = kafka::producer::make(admin_client());
+    ASSERT_TRUE(p) << describe(p.error());
+    for (uint64_t i = 0; i < 50; ++i)
+      ASSERT_TRUE(p->send(topic, 0, core::encode_json(test::make_dispatch(i))));
+    ASSERT_TRUE(p->flush());
+    // This test's namespace starts empty (the ACL's key pattern is fixed).
+    clear_redis();
+  }
+  void TearDown() override {
+    if (secure_env(nullptr) == nullptr)
+      return;
+    for (auto& a : minimal())
+      change_acl(a, false);
+    change_acl(group_read(), false);
+    if (auto admin = kafka::admin::make(admin_client()))
+      (*admin)->delete_topic(topic);
+    clear_redis();
+    test::sh("rm -rf " + dir);
+  }
+  void clear_redis() {
+    redis_admin_cmd({"EVAL",
+                     "for _, k in ipairs(redis.call('KEYS', ARGV[1])) do redis.call('DEL', k) end "
+                     "for _, k in ipairs(redis.call('KEYS', ARGV[2])) do redis.call('DEL', k) end "
+                     "return 1",
+                     "0", ns + ":*", convs + "*"});
+  }
+  /// Checkpoints and session sets (nothing written: 0).  The meta key is
+  /// not counted: verification pins the identity before the consumer starts.
+  long long written() {
+    auto n = redis_admin_cmd({"EVAL",
+                              "return #redis.call('KEYS', ARGV[1]) + #redis.call('KEYS', ARGV[2])",
+                              "0", ns + ":checkpoint:*", convs + "*"});
+    return std::stoll(n.rfind("ERR:", 0) == 0 ? "-1" : n);
+  }
+  void grant(const std::vector<acl>& as) {
+    for (auto& a : as)
+      ASSERT_TRUE(change_acl(a, true)) << a.label;
+  }
+
+  /// The node's flags against the secured set, as the node's principal.
+  std::vector<std::string> node(const std::string& cmd, std::vector<std::string> extra = {},
+                                const std::string& kafka_password_file = {}) const {
+    std::vector<std::string> a{cmd,
+                               "--projection.dispatch-topic=" + topic,
+                               "--projection.partition-count=1",
+                               "--projection.namespace=" + ns,
+                               "--projection.convs-prefix=" + convs,
+                               "--kafka.bootstrap-servers=" + S().at("KAFKA_BOOTSTRAP"),
+                               "--kafka.group-id=" + group,
+                               "--kafka.timeout-ms=5000",
+                               "--kafka.properties=[\"security.protocol=SASL_SSL\","
+                               "\"sasl.mechanism="
+                                 + S().at("KAFKA_SASL_MECHANISM") + "\",\"sasl.username="
+                                 + S().at("KAFKA_NODE_USER") + "\",\"ssl.ca.location="
+                                 + S().at("KAFKA_CA_FILE") + "\"]",
+                               "--kafka.sasl-password-file="
+                                 + (kafka_password_file.empty() ? S().at("KAFKA_NODE_PASSWORD_FILE")
+                                                                : kafka_password_file),
+                               "--redis.host=" + S().at("REDIS_HOST"),
+                               "--redis.port=" + S().at("REDIS_PORT"),
+                               "--redis.tls",
+                               "--redis.tls-ca-file=" + S().at("REDIS_CA_FILE"),
+                               "--redis.username=" + S().at("REDIS_USER"),
+                               "--redis.password-file=" + S().at("REDIS_PASSWORD_FILE"),
+                               "--http.listen=\"\""};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  }
+  std::string file_with(const std::string& name, const std::string& content) const {
+    auto path = dir + "/" + name;
+    std::ofstream{path} << content << '\n';
+    return path;
+  }
+};
+
+/// The lines of `text` that contain `needle`.
+size_t lines_with(const std::string& text, const std::string& needle) {
+  std::istringstream in{text};
+  std::string line;
+  size_t n = 0;
+  while (std::getline(in, line))
+    n += line.find(needle) != std::string::npos ? 1 : 0;
+  return n;
+}
+
+std::vector<std::string> secrets() {
+  return {S().secret("KAFKA_NODE_PASSWORD_FILE"), S().secret("KAFKA_ADMIN_PASSWORD_FILE"),
+          S().secret("REDIS_PASSWORD_FILE"), S().secret("REDIS_ADMIN_PASSWORD_FILE")};
+}
+
+void expect_no_secret(const std::string& where, const std::string& text) {
+  for (auto& s : secrets())
+    EXPECT_EQ(text.find(s), std::string::npos) << where << " shows a secret:\n" << text;
+}
+
+} // namespace
+
+// The happy path with exactly the minimal ACLs: verify, catch-up, and run
+// (ownership = group, which adds Read on the group), and no secret anywhere.
+TEST_F(secure, MinimalAclsAreEnough) {
+  grant(minimal());
+  auto v = test::run_cli(node("verify"));
+  EXPECT_EQ(v.rc, 0) << v.out << v.err;
+  expect_no_secret("verify", v.out + v.err);
+  auto c = test::run_cli(node("catch-up"));
+  ASSERT_EQ(c.rc, 0) << c.err;
+  expect_no_secret("catch-up", c.out + c.err);
+  EXPECT_EQ(redis_admin_cmd({"HGET", ns + ":checkpoint:" + topic + ":0", "next_offset"}), "50");
+  auto i = test::run_cli(node("inspect", {"--json"}));
+  EXPECT_EQ(i.rc, 0) << i.err;
+  expect_no_secret("inspect", i.out + i.err);
+  auto help = test::run_cli(node("--help"));
+  expect_no_secret("--help", help.out + help.err);
+
+  grant({group_read()});
+  auto http_port = test::free_port();
+  auto log = dir + "/run.log";
+  test::node_process run{node("run", {"--projection.ownership=group",
+                                     "--http.listen=127.0.0.1:" + std::to_string(http_port)}),
+                        log};
+  ASSERT_TRUE(test::readyz_reaches(http_port, 200, 60s)) << slurp(log);
+  httplib::Client http{"127.0.0.1", http_port};
+  auto metrics = http.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  expect_no_secret("/metrics", metrics->body);
+  auto sessions = http.Get("/v1/users/u1/sessions");
+  ASSERT_TRUE(sessions);
+  EXPECT_EQ(sessions->status, 200) << sessions->body;
+  EXPECT_EQ(run.stop(), 0) << slurp(log);
+  expect_no_secret("the run's log", slurp(log));
+}
+
+// Each ACL of the minimal set, removed in turn, stops the node at start with
+// exit 2 and a log line naming the missing permission; nothing is written.
+// (Read implies Describe on the topic, and DescribeCluster needs no cluster
+// ACL: the node asks for no authorized operations.)
+TEST_F(secure, EachMinimalAclIsNeeded) {
+  auto all = minimal();
+  for (size_t skip = 0; skip < all.size(); ++skip) {
+    auto& missing = all[skip];
+    SCOPED_TRACE("without " + missing.label);
+    for (size_t i = 0; i < all.size(); ++i)
+      ASSERT_TRUE(change_acl(all[i], i != skip)) << all[i].label;
+    auto r = test::run_cli(node("catch-up"));
+    EXPECT_EQ(r.rc, 2) << r.err;
+    auto named = missing.label + " " + missing.name;
+    EXPECT_GE(lines_with(r.err, named), 1u) << "no line names \"" << named << "\":\n" << r.err;
+    EXPECT_EQ(written(), 0) << r.err;
+    expect_no_secret("catch-up", r.out + r.err);
+  }
+  // ownership = group also needs Read on the group (JoinGroup).
+  grant(all);
+  auto log = dir + "/group.log";
+  test::node_process run{node("run", {"--projection.ownership=group"}), log};
+  auto rc = run.wait_for(60s);
+  ASSERT_TRUE(rc) << "still running without Read on the group:\n" << slurp(log);
+  EXPECT_EQ(*rc, 2) << slurp(log);
+  EXPECT_GE(lines_with(slurp(log), "Read on group " + group), 1u) << slurp(log);
+  EXPECT_EQ(written(), 0) << slurp(log);
+  // With the full set it works.
+  grant({group_read()});
+  auto ok = test::run_cli(node("catch-up"));
+  EXPECT_EQ(ok.rc, 0) << ok.err;
+}
