@@ -9,13 +9,48 @@
 
 namespace qsp::kafka {
 
-admin::admin(handle_ptr rk, int timeout_ms) : rk_(std::move(rk)), timeout_ms_(timeout_ms) {}
+admin::admin(handle_ptr rk, int timeout_ms, std::shared_ptr<error_sink> errors)
+  : rk_(std::move(rk)), timeout_ms_(timeout_ms), errors_(std::move(errors)) {}
 
 caf::expected<std::unique_ptr<admin>> admin::make(const client_settings& cfg) {
-  auto rk = make_handle(RD_KAFKA_PRODUCER, cfg, {});
+  auto errors = std::make_shared<error_sink>();
+  auto rk = make_handle(RD_KAFKA_PRODUCER, cfg, {}, {}, errors);
   if (!rk)
     return rk.error();
-  return std::unique_ptr<admin>{new admin(std::move(*rk), cfg.timeout_ms)};
+  return std::unique_ptr<admin>{new admin(std::move(*rk), cfg.timeout_ms, std::move(errors))};
+}
+
+caf::error admin::explain(caf::error e, const std::string& topic) {
+  if (e.code() != static_cast<uint8_t>(ec::kafka_unavailable))
+    return e;
+  rd_kafka_poll(rk_.get(), 0); // serves error_cb
+  std::string last;
+  for (auto& x : errors_->take()) {
+    if (auto final = final_client_error(x.err, x.last_text, "kafka", read_permission(topic)))
+      return final;
+    last = x.last_text;
+  }
+  if (last.empty())
+    return e;
+  auto& ctx = e.context();
+  std::string text = ctx.size() == 1 && ctx.match_element<std::string>(0)
+                       ? ctx.get_as<std::string>(0)
+                       : describe(e);
+  return caf::make_error(ec::kafka_unavailable, text + "; the client's last error: " + last);
+}
+
+caf::expected<broker_state> admin::identity(const std::string& topic) {
+  auto r = identity_now(topic);
+  if (!r)
+    return explain(r.error(), topic);
+  return r;
+}
+
+caf::expected<broker_state> admin::inspect(const std::string& topic) {
+  auto r = inspect_now(topic);
+  if (!r)
+    return explain(r.error(), topic);
+  return r;
 }
 
 void admin::interrupt() {
@@ -36,7 +71,7 @@ caf::expected<std::string> admin::cluster_id() {
   return result;
 }
 
-caf::expected<broker_state> admin::identity(const std::string& topic) {
+caf::expected<broker_state> admin::identity_now(const std::string& topic) {
   // Two Metadata requests, in flight together, both answered by a broker
   // (rd_kafka_clusterid would answer from the client's metadata cache).
   queue_ptr cq{rd_kafka_queue_new(rk_.get())};
@@ -161,8 +196,8 @@ caf::expected<admin::topic_configs> admin::configs(const std::string& topic) {
   return out;
 }
 
-caf::expected<broker_state> admin::inspect(const std::string& topic) {
-  auto st = identity(topic);
+caf::expected<broker_state> admin::inspect_now(const std::string& topic) {
+  auto st = identity_now(topic);
   if (!st)
     return st;
   auto cfgs = configs(topic);

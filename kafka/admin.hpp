@@ -30,7 +30,15 @@ public:
   caf::expected<void> delete_records(const std::string& topic, int32_t partition, int64_t before);
 
 private:
-  admin(handle_ptr rk, int timeout_ms);
+  admin(handle_ptr rk, int timeout_ms, std::shared_ptr<error_sink> errors);
+  caf::expected<broker_state> identity_now(const std::string& topic);
+  caf::expected<broker_state> inspect_now(const std::string& topic);
+  /// A request that went unanswered (ec::kafka_unavailable) may have failed
+  /// for a reason only librdkafka's error callback tells: refused
+  /// credentials, a certificate, TLS against plaintext.  Those become the
+  /// final error (final_client_error); otherwise the client's last error
+  /// is added to `e` as context.
+  caf::error explain(caf::error e, const std::string& topic);
   /// Low (earliest) and latest offsets per partition under `isolation`.
   caf::expected<std::vector<int64_t>> list_offsets(const std::string& topic, int partitions,
                                                    rd_kafka_OffsetSpec_t spec,
@@ -44,6 +52,7 @@ private:
 
   handle_ptr rk_;
   int timeout_ms_;
+  std::shared_ptr<error_sink> errors_;
   interrupter waits_;
 };
 

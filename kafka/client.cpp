@@ -344,6 +344,28 @@ options_ptr make_admin_options(rd_kafka_t* rk, rd_kafka_admin_op_t op, int timeo
   return o;
 }
 
+caf::error final_client_error(rd_kafka_resp_err_t err, const std::string& text,
+                              const std::string& what, const std::string& permission) {
+  if (is_auth_error(err))
+    return auth_error(err, what, text, permission);
+  // librdkafka's own diagnosis of a TLS handshake the listener answered as
+  // plaintext (reported as a transport error).
+  if (text.find("PLAINTEXT broker listener") != std::string::npos)
+    return caf::make_error(ec::invalid_config,
+                           what + ": TLS to a listener that speaks plaintext (" + text
+                             + "): security.protocol in kafka.properties does not match the "
+                               "listener of kafka.bootstrap-servers");
+  if (err != RD_KAFKA_RESP_ERR__SSL)
+    return caf::none;
+  if (text.find("certificate") != std::string::npos || text.find("Certificate") != std::string::npos)
+    return caf::make_error(ec::invalid_config,
+                           what + ": TLS: the broker's certificate does not verify (" + text
+                             + "): check ssl.ca.location in kafka.properties and that the "
+                               "certificate holds the broker's address as advertised (endpoint "
+                               "identification)");
+  return caf::none;
+}
+
 std::string read_permission(const std::string& topic) {
   return "Read on topic " + topic + " (Read implies the Describe this request needs)";
 }

@@ -151,6 +151,15 @@ options_ptr make_admin_options(rd_kafka_t* rk, rd_kafka_admin_op_t op, int timeo
 
 /// An authorization/authentication failure (ec::invalid_config) of `what`,
 /// naming what is missing: `permission` (the ACL the request needs) or the
+/// A client-level error (error_cb) that retrying cannot fix, as an
+/// ec::invalid_config error of `what`: refused credentials or a missing ACL
+/// (auth_error with `permission`), a certificate that does not verify (the
+/// CA, or a broker certificate for another name: endpoint identification),
+/// TLS against a listener that speaks plaintext.  caf::none for the rest
+/// (transport, resolve, brokers down: transient).
+caf::error final_client_error(rd_kafka_resp_err_t err, const std::string& text,
+                              const std::string& what, const std::string& permission);
+
 /// The ACL the node needs for a topic's metadata, fetch and offsets: Read
 /// (which implies Describe), named as docs/OPERATIONS.md lists it.
 std::string read_permission(const std::string& topic);

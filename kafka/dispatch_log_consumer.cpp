@@ -467,14 +467,6 @@ int64_t dispatch_log_consumer::log_end(int32_t partition) {
   return high >= 0 ? high : -1; // RD_KAFKA_OFFSET_INVALID before the first fetch response
 }
 
-namespace {
-
-bool mentions_certificate(const std::string& text) {
-  return text.find("certificate") != std::string::npos
-         || text.find("Certificate") != std::string::npos;
-}
-
-} // namespace
 
 caf::error dispatch_log_consumer::poll_events() {
   caf::error result;
@@ -511,17 +503,12 @@ void dispatch_log_consumer::client_error(rd_kafka_resp_err_t err, const std::str
     for (uint64_t i = 0; i < count; ++i)
       cfg_.on_client_error(name);
   auto where = "consumer of " + cfg_.topic + ": ";
-  if (is_auth_error(err)) {
+  if (auto final = final_client_error(err, text, where.substr(0, where.size() - 2),
+                                      err == RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED
+                                        ? group_permission(cfg_.group_id)
+                                        : read_permission(cfg_.topic))) {
     if (!result)
-      result = auth_error(err, where.substr(0, where.size() - 2), text,
-                          err == RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED
-                            ? group_permission(cfg_.group_id)
-                            : read_permission(cfg_.topic));
-  } else if (err == RD_KAFKA_RESP_ERR__SSL && mentions_certificate(text)) {
-    if (!result)
-      result = caf::make_error(ec::invalid_config, where + "TLS certificate problem (" + name
-                                                     + "): " + text
-                                                     + ": check kafka.properties ssl.*");
+      result = std::move(final);
   } else if (err == RD_KAFKA_RESP_ERR__FATAL) {
     char reason[512] = "";
     auto orig = rd_kafka_fatal_error(rk_.get(), reason, sizeof(reason));

@@ -10,7 +10,9 @@
 #include <signal.h>
 
 #include <chrono>
+#include <functional>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -393,4 +395,137 @@ TEST_F(secure, EachMinimalAclIsNeeded) {
   grant({group_read()});
   auto ok = test::run_cli(node("catch-up"));
   EXPECT_EQ(ok.rc, 0) << ok.err;
+}
+
+// Credentials and TLS that cannot work: exit 2 (a configuration error, as
+// docs/OPERATIONS.md says), one log line naming the cause, nothing written.
+TEST_F(secure, RefusedCredentialsAndTlsMismatchesAreConfigurationErrors) {
+  grant(minimal());
+  auto wrong = file_with("wrong.password", "not-" + S().secret("KAFKA_NODE_PASSWORD_FILE"));
+  auto expect_config_error = [&](const std::vector<std::string>& args, const std::string& cause) {
+    auto r = test::run_cli(args);
+    EXPECT_EQ(r.rc, 2) << r.err;
+    EXPECT_GE(lines_with(r.err, cause), 1u) << "no line names \"" << cause << "\":\n" << r.err;
+    EXPECT_EQ(written(), 0) << r.err;
+    expect_no_secret("the node's output", r.out + r.err);
+    return r.err;
+  };
+  // A wrong password and an unknown user: the broker answers both alike.
+  const std::string refused = "the broker refused the credentials";
+  expect_config_error(node("catch-up", {}, wrong), refused);
+  auto unknown = node("catch-up", {}, wrong);
+  for (auto& a : unknown)
+    if (a.rfind("--kafka.properties=", 0) == 0)
+      a.replace(a.find("sasl.username=") + 14, S().at("KAFKA_NODE_USER").size(), "nobody");
+  expect_config_error(unknown, refused);
+  // TLS to a listener that speaks plaintext (the controller listener).
+  auto plain = node("catch-up");
+  for (auto& a : plain)
+    if (a.rfind("--kafka.bootstrap-servers=", 0) == 0)
+      a = "--kafka.bootstrap-servers=" + S().at("KAFKA_CONTROLLER");
+  expect_config_error(plain, "TLS to a listener that speaks plaintext");
+  // A broker certificate for another name (endpoint identification stays on).
+  auto other = node("catch-up");
+  for (auto& a : other)
+    if (a.rfind("--kafka.bootstrap-servers=", 0) == 0)
+      a = "--kafka.bootstrap-servers=" + S().at("KAFKA_WRONG_NAME_BOOTSTRAP");
+  expect_config_error(other, "the broker's certificate does not verify");
+  // Redis: a wrong password, and a certificate checked for another name.
+  auto redis_wrong = file_with("redis.password", "not-" + S().secret("REDIS_PASSWORD_FILE"));
+  expect_config_error(node("catch-up", {"--redis.password-file=" + redis_wrong}),
+                      "AUTH failed for user '" + S().at("REDIS_USER") + "'");
+  expect_config_error(node("catch-up", {"--redis.tls-server-name=wrong.example"}),
+                      "not valid for 'wrong.example'");
+  // The opt-out connects (and says so), against the same certificate.
+  auto loose = test::run_cli(
+    node("catch-up", {"--redis.tls-server-name=wrong.example", "--redis.tls-verify-hostname=false"}));
+  EXPECT_EQ(loose.rc, 0) << loose.err;
+  EXPECT_GE(lines_with(loose.err, "redis.tls-verify-hostname=false"), 1u) << loose.err;
+}
+
+// A permission revoked while `run` is ready: the node leaves ready, names
+// the permission and exits 2 (as at start); nothing is lost, and once the
+// permission is back the next start completes.
+TEST_F(secure, AclRevokedWhileReadyStopsTheNode) {
+  grant(minimal());
+  auto http_port = test::free_port();
+  auto produce = [&](uint64_t from, uint64_t to) {
+    auto p = kafka::producer::make(admin_client());
+    ASSERT_TRUE(p) << describe(p.error());
+    for (uint64_t i = from; i < to; ++i)
+      ASSERT_TRUE(p->send(topic, 0, core::encode_json(test::make_dispatch(i))));
+    ASSERT_TRUE(p->flush());
+  };
+  auto checkpoint = [&] {
+    auto v = redis_admin_cmd({"HGET", ns + ":checkpoint:" + topic + ":0", "next_offset"});
+    return v.rfind("ERR:", 0) == 0 || v.empty() ? int64_t{-1} : std::stoll(v);
+  };
+  struct revocation {
+    std::string name;
+    std::function<void()> revoke, restore;
+    std::string named;
+  };
+  const acl topic_read = minimal()[0];
+  std::vector<revocation> cases{
+    {"Kafka: Read on the topic", [&] { ASSERT_TRUE(change_acl(topic_read, false)); },
+     [&] { ASSERT_TRUE(change_acl(topic_read, true)); }, "Read on topic " + topic},
+    {"Redis: ZADD", [&] {
+       EXPECT_EQ(redis_admin_cmd({"ACL", "SETUSER", S().at("REDIS_USER"), "-zadd"}), "OK");
+     },
+     [&] { EXPECT_EQ(redis_admin_cmd({"ACL", "SETUSER", S().at("REDIS_USER"), "+zadd"}), "OK"); },
+     "the ACL denies"}};
+  uint64_t produced = 50;
+  for (auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto log = dir + "/revoke-" + std::to_string(produced) + ".log";
+    test::node_process run{node("run", {"--http.listen=127.0.0.1:" + std::to_string(http_port)}),
+                           log};
+    ASSERT_TRUE(test::readyz_reaches(http_port, 200, 60s)) << slurp(log);
+    auto before = checkpoint();
+    auto t0 = std::chrono::steady_clock::now();
+    c.revoke();
+    produce(produced, produced + 20); // more to read and write: the revoked permission is used
+    produced += 20;
+    // It stops claiming ready (answers 503, or its endpoint is gone with
+    // the process) while the permission is missing, then exits 2.
+    httplib::Client http{"127.0.0.1", http_port};
+    http.set_connection_timeout(1);
+    bool left_ready = false;
+    while (!left_ready && std::chrono::steady_clock::now() - t0 < 60s) {
+      if (run.wait_for(0ms)) {
+        left_ready = true;
+        break;
+      }
+      auto r = http.Get("/readyz");
+      left_ready = !r || r->status != 200;
+      if (!left_ready)
+        std::this_thread::sleep_for(50ms);
+    }
+    ASSERT_TRUE(left_ready) << "still ready 60 s after the revocation:\n" << slurp(log);
+    auto not_ready = std::chrono::steady_clock::now() - t0;
+    auto rc = run.wait_for(60s);
+    ASSERT_TRUE(rc) << "still running without the permission:\n" << slurp(log);
+    EXPECT_EQ(*rc, 2) << slurp(log);
+    auto ms = [](auto d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); };
+    std::cout << c.name << ": not ready after " << ms(not_ready) << " ms, exit " << *rc << " after "
+              << ms(std::chrono::steady_clock::now() - t0) << " ms\n";
+    EXPECT_GE(lines_with(slurp(log), c.named), 1u) << slurp(log);
+    EXPECT_LE(checkpoint(), static_cast<int64_t>(produced));
+    EXPECT_GE(checkpoint(), before);
+    c.restore();
+    // Nothing lost: the next start projects everything.
+    auto next = test::run_cli(node("catch-up"));
+    ASSERT_EQ(next.rc, 0) << next.err;
+    EXPECT_EQ(checkpoint(), static_cast<int64_t>(produced));
+    test::model m;
+    for (uint64_t i = 0; i < produced; ++i)
+      test::apply(m, test::make_dispatch(i));
+    auto conn = redis::connection::open(redis_admin());
+    ASSERT_TRUE(conn) << describe(conn.error());
+    for (auto& [user, convs_of] : m)
+      for (auto& [conv, score] : convs_of) {
+        auto got = test::redis_cmd(**conn, {"ZSCORE", convs + user, conv});
+        EXPECT_EQ(got, std::to_string(score)) << user << " " << conv;
+      }
+  }
 }
