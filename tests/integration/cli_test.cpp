@@ -55,6 +55,16 @@ TEST(Cli, BadUsageAndBadConfigExitTwoNamingTheKey) {
     {{"verify", "--config-file=/nonexistent/x.conf"}, "/nonexistent/x.conf"},
     {{"verify", "--projection.dispatch-topic=t", "--projection.partition-count=1",
       "--redis.password-file=/nonexistent/pw"}, "redis.password-file"},
+    {{"verify", "--projection.dispatch-topic=t", "--projection.partition-count=1",
+      "--kafka.sasl-password-file=/nonexistent/pw"}, "kafka.sasl-password-file: cannot read"},
+    {{"verify", "--projection.dispatch-topic=t", "--projection.partition-count=1",
+      "--kafka.sasl-password-file=/dev/null"}, "holds no password"},
+    {{"verify", "--projection.dispatch-topic=t", "--projection.partition-count=1",
+      "--kafka.sasl-password-file=" QSP_SOURCE_DIR "/README.md",
+      "--kafka.properties=[\"sasl.password=x\"]"}, "not both"},
+    // A boolean option takes =true/=false besides the bare flag; other values are refused.
+    {{"verify", "--projection.dispatch-topic=t", "--projection.partition-count=1",
+      "--redis.tls-verify-hostname=maybe"}, "redis.tls-verify-hostname"},
     // Ownership (docs/CLUSTER.md).
     {{"verify", "--projection.dispatch-topic=t", "--projection.partition-count=4",
       "--projection.ownership=leader"}, "projection.ownership: one of all, static, group, host"},
