@@ -22,6 +22,20 @@ kafka::dispatch_log_consumer_config kafka_config_of(const projection_settings& s
   return k;
 }
 
+std::vector<std::string> security_warnings(const projection_settings& s) {
+  std::vector<std::string> out;
+  if (s.redis.tls && !s.redis.tls_verify_hostname)
+    out.emplace_back("redis.tls-verify-hostname=false: the Redis server's certificate is not "
+                     "checked against its name; any server holding a certificate from the "
+                     "configured CA is trusted with the checkpoints and session sets");
+  for (auto& [k, v] : s.kafka.properties)
+    if (k == "ssl.endpoint.identification.algorithm" && v == "none")
+      out.emplace_back("kafka.properties ssl.endpoint.identification.algorithm=none: the "
+                       "brokers' certificates are not checked against their names; any server "
+                       "holding a certificate from the configured CA is trusted as a broker");
+  return out;
+}
+
 redis::settings redis_config_of(const projection_settings& s) {
   redis::settings r;
   r.host = s.redis.host;

@@ -19,11 +19,10 @@ namespace qsp {
 /// topic, namespace and key prefix).
 kafka::dispatch_log_consumer_config kafka_config_of(const projection_settings& s);
 
-/// Logged at every start with redis.tls and redis.tls-verify-hostname=false.
-inline constexpr const char* tls_hostname_warning =
-  "redis.tls-verify-hostname=false: the Redis server's certificate is not checked against its "
-  "name; any server holding a certificate from the configured CA is trusted with the "
-  "checkpoints and session sets";
+/// What a start logs as warnings about the settings' security: a server
+/// certificate's name left unchecked (redis.tls-verify-hostname=false with
+/// redis.tls; librdkafka's ssl.endpoint.identification.algorithm=none).
+std::vector<std::string> security_warnings(const projection_settings& s);
 redis::settings redis_config_of(const projection_settings& s);
 
 struct real_ports_options {

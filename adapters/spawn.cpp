@@ -94,8 +94,8 @@ caf::expected<projection_actor> spawn_projection(caf::actor_system& sys,
   auto logs = std::make_shared<const projection_log>(
     opts.logger, projection_log::tag_of(settings.topic, settings.ns,
                                         settings.clustered() ? settings.node_id : std::string{}));
-  if (rs.tls && !rs.tls_verify_hostname)
-    logs->warn("{}", tls_hostname_warning);
+  for (auto& w : security_warnings(settings))
+    logs->warn("{}", w);
   auto io = std::make_shared<int>(0);
   projection_options popts;
   popts.logs = logs;

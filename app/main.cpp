@@ -468,9 +468,9 @@ int main(int argc, char** argv) {
     return exit_usage;
   }
   // run and catch-up warn through spawn_projection.
-  if (settings->projection.redis.tls && !settings->projection.redis.tls_verify_hostname
-      && cmd != "run" && cmd != "catch-up")
-    logger->warn("{}", tls_hostname_warning);
+  if (cmd != "run" && cmd != "catch-up")
+    for (auto& w : security_warnings(settings->projection))
+      logger->warn("{}", w);
   if (cmd == "cluster")
     return cmd_cluster(*settings, json);
   if (cmd == "catch-up" && (settings->projection.ownership == ownership_mode::group

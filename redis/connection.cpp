@@ -449,6 +449,11 @@ caf::error connection::check_primary() {
                              "progress): nothing is written there");
 }
 
+caf::expected<std::unique_ptr<connection>> connection::open_at(const settings& cfg,
+                                                               const address& at) {
+  return connect(cfg, at, peer::server);
+}
+
 caf::expected<std::unique_ptr<connection>> connection::open(const settings& cfg, resolve how) {
   if (cfg.sentinels.empty())
     return connect(cfg, address{cfg.host, cfg.port}, peer::server);
@@ -545,11 +550,19 @@ caf::expected<reply_ptr> classify(const connection& c, std::string_view what, vo
   if (r->type == REDIS_REPLY_ERROR) {
     auto where = c.where();
     std::string_view text{r->str, r->len};
-    if (noperm(text))
-      return caf::make_error(ec::invalid_config,
-                             where + ": the ACL denies " + std::string{what}
-                               + " (grant it to the user, see config/redis-acl.conf): "
-                               + std::string{text});
+    if (noperm(text)) {
+      // Redis says which: "... to access a key" / "... one of the keys" (key
+      // patterns) or "... to run the '<cmd>' command".
+      bool key = text.find("access a key") != std::string_view::npos
+                 || text.find("access one of the keys") != std::string_view::npos;
+      return caf::make_error(
+        ec::invalid_config,
+        where + ": the ACL denies " + std::string{what}
+          + (key ? " a key outside the user's key patterns (they must cover projection.namespace "
+                   "and projection.convs-prefix, see config/redis-acl.conf): "
+                 : " (grant the command to the user, see config/redis-acl.conf): ")
+          + std::string{text});
+    }
     // The server wants a password and none was given: as final as a wrong
     // one (retrying cannot help; an operator must set redis.password-file).
     if (text.rfind("NOAUTH", 0) == 0)

@@ -78,6 +78,9 @@ struct settings {
   std::string sentinel_password;  ///< empty: no AUTH to the Sentinels
   /// Set by the port factory: see primary_pin.
   std::shared_ptr<primary_pin> pin;
+  /// Non-empty: Redis Cluster mode, these are the seed nodes (see
+  /// redis/cluster.hpp); host, port and sentinels are not used.
+  std::vector<address> cluster_nodes;
   std::string username;  ///< empty: the default user
   std::string password;  ///< empty: no AUTH
   bool tls = false;
@@ -116,6 +119,10 @@ public:
 
   static caf::expected<std::unique_ptr<connection>> open(const settings& cfg,
                                                          resolve how = resolve::fresh);
+  /// A connection to exactly `at` (a Redis Cluster node), with the
+  /// settings' credentials and TLS; nothing resolved, no ROLE check.
+  static caf::expected<std::unique_ptr<connection>> open_at(const settings& cfg,
+                                                            const address& at);
   ~connection();
 
   /// One command, one reply; an error reply becomes ec::redis_reply (a NOPERM

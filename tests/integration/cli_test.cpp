@@ -93,7 +93,7 @@ TEST(Cli, TheShippedConfigFilesParse) {
   // is the first thing the file leaves to the host (its secrets).
   auto prod = test::run_cli({"verify", "--config-file=" QSP_SOURCE_DIR "/config/production.conf"});
   EXPECT_EQ(prod.rc, 2) << prod.err;
-  EXPECT_NE(prod.err.find("/etc/qsession-projection/redis-password"), std::string::npos) << prod.err;
+  EXPECT_NE(prod.err.find("/etc/qsession-projection/kafka-password"), std::string::npos) << prod.err;
   auto local = test::run_cli({"verify", "--config-file=" QSP_SOURCE_DIR "/config/local.conf",
                               "--redis.port=70000"});
   EXPECT_EQ(local.rc, 2) << local.err;
