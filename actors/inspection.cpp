@@ -68,6 +68,12 @@ caf::expected<inspection> inspect_startup(const projection_settings& cfg, broker
   if (!stored)
     return stored.error();
   r.stored = std::move(*stored);
+  auto cluster = store.cluster_state(cfg.topic);
+  if (!cluster)
+    return cluster.error();
+  r.cluster = std::move(*cluster);
+  for (auto& p : core::check_cluster_prerequisites(r.cluster, cfg.redis.allow_eviction))
+    r.problems.push_back(p);
   // ... then the broker: identity, configuration and the watermarks (H0).
   auto bs = broker.inspect(cfg.topic);
   if (!bs)
@@ -88,10 +94,36 @@ caf::expected<inspection> inspect_startup(const projection_settings& cfg, broker
   r.leader_epochs = std::move(epochs.leader_epochs);
   for (auto& p : epochs.problems)
     r.problems.push_back(p);
+  // DESIGN.md §15: a namespace whose copies were established in Redis
+  // Cluster mode, read by a node in another mode, would lose their
+  // protection (and a later cluster start would find them stale).
+  bool cluster_mode = !cfg.redis.cluster_nodes.empty();
+  if (!cluster_mode && r.stored.meta && r.stored.meta->count(core::copies_field) != 0)
+    r.problems.push_back(core::problem{
+      std::nullopt, core::copies_field, "<absent>", r.stored.meta->at(core::copies_field),
+      "the namespace was written in Redis Cluster mode (per-shard copies): set "
+      "redis.cluster-nodes, or move it back as OPERATIONS.md, \"Redis Cluster mode\", says"});
+  // The start of each partition: the lowest of its checkpoint and every
+  // primary's copy (core/copies.hpp); the checkpoint stays the guard.
+  auto starts_from = r.validated.next_offsets;
+  if (cluster_mode) {
+    r.copies = core::judge_copies(r.cluster, r.validated.next_offsets,
+                                  r.stored.meta ? *r.stored.meta : core::hash_fields{});
+    for (auto& p : r.copies.problems)
+      r.problems.push_back(p);
+    for (auto& [p, pos] : r.copies.replay_from) {
+      starts_from[p] = pos.first;
+      // The epoch of the copy's position, or none (not validated).
+      if (pos.second >= 0)
+        r.leader_epochs[p] = pos.second;
+      else
+        r.leader_epochs.erase(p);
+    }
+  }
   // Plan only over a partition layout that matches; otherwise the range check
   // would compare offsets of a different log.
   if (r.broker.partition_count == cfg.partition_count) {
-    r.plan = core::plan_start(r.validated.next_offsets, r.broker.marks);
+    r.plan = core::plan_start(starts_from, r.broker.marks);
     for (auto& p : r.plan.problems)
       r.problems.push_back(p);
   }

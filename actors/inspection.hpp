@@ -2,6 +2,8 @@
 // consuming or writing: shared by the metadata verifier and `verify`/`inspect`.
 #pragma once
 
+#include "core/copies.hpp"
+
 #include <map>
 #include <string>
 #include <vector>
@@ -24,6 +26,10 @@ struct inspection {
   std::vector<core::problem> problems;  ///< identity + stored + plan, all of them
   /// The stored leader epoch of each validated checkpoint, where known.
   std::map<int32_t, int32_t> leader_epochs;
+  /// Redis Cluster mode (DESIGN.md §15): the primaries and their copies, and
+  /// what they decide (starts below a checkpoint, seeding).
+  core::redis_cluster_state cluster;
+  core::copy_floor copies;
   bool ok() const { return problems.empty(); }
 };
 

@@ -128,6 +128,19 @@ caf::error confirm(const projection_settings& cfg, broker_inspector& broker,
       return created.error();
     vs.meta_created = *created;
   }
+  // Redis Cluster mode, first start (DESIGN.md §15): every primary gets its
+  // copy at this start's positions, and every replica must hold it, before
+  // the copies are trusted (and meta marks them).
+  if (r.copies.seed) {
+    std::map<int32_t, std::pair<int64_t, int32_t>> at;
+    for (auto& [p, start] : vs.starts)
+      if (vs.checkpoints.count(p) != 0) {
+        auto e = vs.epochs.find(p);
+        at[p] = {start, e != vs.epochs.end() ? e->second : -1};
+      }
+    if (auto ok = store.seed_copies(vs.id, at); !ok)
+      return ok.error();
+  }
   return caf::none;
 }
 

@@ -102,7 +102,29 @@ caf::error projection_settings::validate() const {
   for (auto& [k, v] : kafka.properties)
     if (k.empty())
       return bad("kafka.properties", "entries must look like \"key=value\", got one without a key");
-  if (redis.sentinels.empty()) {
+  if (!redis.cluster_nodes.empty()) {
+    if (!redis.sentinels.empty())
+      return bad("redis.cluster-nodes",
+                 "set either redis.cluster-nodes (Redis Cluster mode) or redis.sentinels, not both");
+    for (auto& s : redis.cluster_nodes)
+      if (!core::parse_host_port(s))
+        return bad("redis.cluster-nodes",
+                   "entries must look like \"host:port\" (port in [1, 65535]), got \"" + s + "\"");
+    // "{X}": X non-empty, without braces (Redis hashes X alone).
+    if (ns.size() < 3 || ns.front() != '{' || ns.back() != '}'
+        || ns.find_first_of("{}", 1) != ns.size() - 1)
+      return bad("projection.namespace",
+                 "Redis Cluster mode (redis.cluster-nodes) needs a hash tag, e.g. "
+                 "{session_projection}, so that the namespace's keys share one slot; got \""
+                   + ns + "\" (in a config file, quote it: namespace = \"{session_projection}\")");
+    if (convs_prefix.find_first_of("{}") != std::string::npos)
+      return bad("projection.convs-prefix",
+                 "must not contain '{' or '}' in Redis Cluster mode (the user's id alone "
+                 "decides a session set's slot), got \"" + convs_prefix + "\"");
+  }
+  if (!redis.cluster_nodes.empty()) {
+    // host/port are unused (the option reader refuses them set explicitly).
+  } else if (redis.sentinels.empty()) {
     if (redis.host.empty())
       return bad("redis.host", "must not be empty");
     if (redis.port == 0)
@@ -201,6 +223,11 @@ void add_options(caf::config_option_set& opts, const std::string& group) {
                                    "Redis Sentinels [\"host:port\", ...], asked in order for the "
                                    "primary of master-name; replaces host/port (default: none)")
     .add<std::string>("master-name", "the primary's name at the Sentinels (required with sentinels)")
+    .add<std::vector<std::string>>("cluster-nodes",
+                                   "Redis Cluster mode: seed nodes [\"host:port\", ...] of a Redis "
+                                   "Cluster; replaces host/port, not with sentinels; "
+                                   "projection.namespace must then be a hash tag such as "
+                                   "\"{session_projection}\" (default: none)")
     .add<std::string>("sentinel-username", "ACL user at the Sentinels (empty: default)")
     .add<std::string>("sentinel-password",
                       "password at the Sentinels, never logged (prefer sentinel-password-file; "
@@ -345,6 +372,13 @@ caf::expected<projection_settings> read_settings(const caf::settings& content,
                    "set either redis.sentinels (with redis.master-name) or redis.host/redis.port, "
                    "not both (" + key("redis", name) + " is set too)");
   r.master_name = get("redis", "master-name", std::string{});
+  r.cluster_nodes = get("redis", "cluster-nodes", std::vector<std::string>{});
+  if (!r.cluster_nodes.empty())
+    for (auto* name : {"host", "port"})
+      if (caf::get_if(&content, key("redis", name)) != nullptr)
+        return bad(key("redis", "cluster-nodes"),
+                   "set either redis.cluster-nodes (Redis Cluster mode) or redis.host/redis.port, "
+                   "not both (" + key("redis", name) + " is set too)");
   r.sentinel_username = get("redis", "sentinel-username", std::string{});
   r.username = get("redis", "username", r.username);
   auto read_secret = [&](const char* name, const char* file_name,

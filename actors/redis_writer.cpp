@@ -251,9 +251,13 @@ caf::expected<bool> writer_state::send(const partition_batch& b,
 
 void writer_state::add(const verified_start& vs) {
   // Partitions without a stored checkpoint start from "absent" (bootstrap).
+  // DESIGN.md §15: a start below the stored checkpoint (a shard's copy is
+  // behind it) replays from there; the checkpoint is not written until the
+  // replay passes it (it never moves backwards).
   for (auto& [p, start] : vs.starts) {
     auto i = vs.checkpoints.find(p);
-    sent[p] = stored[p] = i != vs.checkpoints.end() ? i->second : -1;
+    stored[p] = i != vs.checkpoints.end() ? i->second : -1;
+    sent[p] = stored[p] >= 0 && start < stored[p] ? start : stored[p];
   }
   for (auto& [p, e] : vs.owner_epochs)
     owner_epochs[p] = e;
@@ -290,10 +294,27 @@ writer_state::checkpoint_fenced(uint64_t answered, caf::actor_clock::time_point 
     ++covered;
   }
   std::vector<checkpoint_advanced> out;
+  // Redis Cluster mode (DESIGN.md §15): every primary's copy first (they
+  // may run ahead of the checkpoint, never behind what it covers).  Every
+  // reply below these positions was read.
+  if (sessions && !next.empty()) {
+    std::map<int32_t, std::pair<int64_t, int32_t>> positions;
+    for (auto& [p, cp] : next)
+      positions[p] = {cp.next_offset, epochs[p]};
+    if (auto ok = sessions->write_copies(id, positions); !ok)
+      return ok.error();
+  }
   for (auto& [p, cp] : next) {
     // Every reply of every batch up to cp.next_offset was read and none was
     // an error, and the identity was confirmed after they were fetched.
     auto& cur = stored[p];
+    if (cur >= 0 && cp.next_offset <= cur) {
+      // Replaying below the stored checkpoint: nothing to write yet.
+      stats->records += cp.records;
+      stats->recipient_writes += cp.recipient_writes;
+      out.push_back(cp);
+      continue;
+    }
     auto owner = owner_epochs.find(p);
     if (auto ok = gen->checkpoints->write_checkpoint(
           id, p, cur, cp.next_offset, epochs[p],

@@ -7,6 +7,7 @@
 
 #include "core/endpoint.hpp"
 #include "kafka/admin.hpp"
+#include "redis/cluster_stores.hpp"
 #include "redis/stores.hpp"
 
 namespace qsp {
@@ -44,6 +45,9 @@ redis::settings redis_config_of(const projection_settings& s) {
     if (auto hp = core::parse_host_port(text)) // validate() refused any other
       r.sentinels.push_back(redis::address{hp->host, hp->port});
   r.master_name = s.redis.master_name;
+  for (auto& text : s.redis.cluster_nodes)
+    if (auto hp = core::parse_host_port(text)) // validate() refused any other
+      r.cluster_nodes.push_back(redis::address{hp->host, hp->port});
   r.sentinel_username = s.redis.sentinel_username;
   r.sentinel_password = s.redis.sentinel_password;
   r.username = s.redis.username;
@@ -110,6 +114,12 @@ public:
   }
 
   caf::expected<std::unique_ptr<session_store>> make_session_store() override {
+    if (!redis_.cluster_nodes.empty()) {
+      auto c = redis::redis_cluster_session_store::open(redis_);
+      if (!c)
+        return c.error();
+      return std::unique_ptr<session_store>{std::move(*c)};
+    }
     auto s = redis::redis_session_store::open(redis_);
     if (!s)
       return s.error();

@@ -17,6 +17,7 @@
 #include "caf/expected.hpp"
 
 #include "core/checkpoint.hpp"
+#include "core/copies.hpp"
 #include "core/start_plan.hpp"
 #include "messages/types.hpp"
 
@@ -96,6 +97,25 @@ public:
   virtual caf::expected<uint64_t> claim(const std::string& topic, int32_t partition,
                                         const std::string& node, int64_t now_ms,
                                         uint64_t mine = 0) = 0;
+  /// Redis Cluster mode (DESIGN.md §15): every primary (its prerequisites
+  /// and its copy of `topic`'s positions), the slots no primary serves, and
+  /// whether meta marks the copies established.  Other modes: no shards.
+  virtual caf::expected<core::redis_cluster_state> cluster_state(const std::string& topic) {
+    (void) topic;
+    return core::redis_cluster_state{};
+  }
+  /// Redis Cluster mode, first start (core::judge_copies said seed): writes
+  /// every primary's copy at `positions`, waits until every replica of
+  /// every shard acknowledged it (WAIT), then marks meta.  A shard whose
+  /// replicas do not all acknowledge in time: ec::redis_unavailable naming
+  /// it (the node retries).  Other modes: nothing.
+  virtual caf::expected<void>
+  seed_copies(const core::identity& id,
+              const std::map<int32_t, std::pair<int64_t, int32_t>>& positions) {
+    (void) id;
+    (void) positions;
+    return caf::unit;
+  }
   /// Callable from any thread: a call blocked in I/O on this store returns
   /// promptly with an error, and so does every later call.
   virtual void interrupt() {}
@@ -135,6 +155,18 @@ public:
   }
   /// The user's conversations, newest first.
   virtual caf::expected<session_list> sessions(const std::string& user, size_t limit) = 0;
+  /// Redis Cluster mode (DESIGN.md §15, "per-shard copies"): writes, on
+  /// every primary, that shard's copy of `positions` (partition ->
+  /// {next_offset, leader_epoch}) of the projection `id`.  Called only once
+  /// every ZADD below those offsets was confirmed (confirm(), redirections
+  /// included).  Other modes: nothing (the default).
+  virtual caf::expected<void>
+  write_copies(const core::identity& id,
+               const std::map<int32_t, std::pair<int64_t, int32_t>>& positions) {
+    (void) id;
+    (void) positions;
+    return caf::unit;
+  }
   /// Callable from any thread: a call blocked in I/O on this store returns
   /// promptly with an error, and so does every later call.
   virtual void interrupt() {}

@@ -1,5 +1,7 @@
 #include "redis/stores.hpp"
 
+#include "redis/cluster_stores.hpp"
+
 #include <algorithm>
 #include <charconv>
 #include <cstring>
@@ -162,6 +164,18 @@ std::string glob_escape(const std::string& s) {
 
 caf::expected<std::unique_ptr<redis_checkpoint_store>>
 redis_checkpoint_store::open(const settings& cfg) {
+  if (!cfg.cluster_nodes.empty()) {
+    // Redis Cluster mode: the namespace's shard (every key of the namespace
+    // shares its slot), and the router for the copies on every primary.
+    auto router = cluster_router::open(cfg);
+    if (!router)
+      return router.error();
+    auto conn = open_namespace_shard(cfg);
+    if (!conn)
+      return conn.error();
+    return std::unique_ptr<redis_checkpoint_store>{
+      new redis_checkpoint_store(std::move(*conn), std::move(*router))};
+  }
   auto conn = connection::open(cfg);
   if (!conn)
     return conn.error();
@@ -316,7 +330,37 @@ caf::expected<bool> redis_checkpoint_store::create_meta(const core::identity& id
                                         + ns + ":meta\": checkpoints exist but meta is missing");
 }
 
-void redis_checkpoint_store::interrupt() { conn_->interrupt(); }
+void redis_checkpoint_store::interrupt() {
+  conn_->interrupt();
+  if (router_)
+    router_->interrupt();
+}
+
+caf::expected<core::redis_cluster_state>
+redis_checkpoint_store::cluster_state(const std::string& topic) {
+  if (!router_)
+    return core::redis_cluster_state{};
+  auto marked = conn_->command({"HGET", meta_key(conn_->config().ns), core::copies_field});
+  if (!marked)
+    return marked.error();
+  auto st = read_cluster_state(*router_, topic);
+  if (!st)
+    return st.error();
+  st->copies_marked = str(marked->get()) == "1";
+  return st;
+}
+
+caf::expected<void> redis_checkpoint_store::seed_copies(
+  const core::identity& id, const std::map<int32_t, std::pair<int64_t, int32_t>>& positions) {
+  if (!router_)
+    return caf::unit;
+  if (auto err = seed_cluster_copies(*router_, id, positions))
+    return err;
+  auto r = conn_->command({"HSET", meta_key(conn_->config().ns), core::copies_field, "1"});
+  if (!r)
+    return r.error();
+  return caf::unit;
+}
 
 // WAIT after the checkpoint's script: the replicas acknowledge the
 // replication offset of this connection's last write, the checkpoint, and
@@ -501,7 +545,7 @@ caf::expected<uint64_t> redis_checkpoint_store::claim(const std::string& topic, 
 
 caf::expected<std::unique_ptr<redis_cluster_store>>
 redis_cluster_store::open(const settings& cfg) {
-  auto conn = connection::open(cfg);
+  auto conn = cfg.cluster_nodes.empty() ? connection::open(cfg) : open_namespace_shard(cfg);
   if (!conn)
     return conn.error();
   return std::unique_ptr<redis_cluster_store>{new redis_cluster_store(std::move(*conn))};
@@ -792,36 +836,44 @@ constexpr size_t member_overhead = 2 * (1 + 20 + 2 + 2) + 20;
 
 } // namespace
 
+size_t zadd_bound(std::string_view prefix, const session_update& u) {
+  size_t bound = command_overhead + prefix.size() + u.user.size();
+  for (size_t i = 0; i < u.count; ++i)
+    bound += member_overhead + u.members[i].conversation.size();
+  return bound;
+}
+
+char* put_zadd(char* p, std::string_view prefix, const session_update& u) {
+  *p++ = '*';
+  p = put_decimal(p, 3 + 2 * u.count);
+  std::memcpy(p, "\r\n$4\r\nZADD\r\n", 12);
+  p += 12;
+  p = put_bulk(p, prefix, u.user);
+  std::memcpy(p, "$2\r\nGT\r\n", 8);
+  p += 8;
+  for (size_t i = 0; i < u.count; ++i) {
+    p = put_bulk_decimal(p, u.members[i].created_at);
+    p = put_bulk(p, u.members[i].conversation);
+  }
+  return p;
+}
+
 caf::expected<void> redis_session_store::send(const std::vector<session_update>& updates) {
   // RESP written directly (hiredis' argv formatting is printf-based), into a
   // buffer sized for the worst case first, so every write below is a plain
   // store: no capacity check per piece.
   const auto& prefix = conn_->config().convs_prefix;
   size_t bound = 0;
-  for (auto& u : updates) {
-    bound += command_overhead + prefix.size() + u.user.size();
-    for (size_t i = 0; i < u.count; ++i)
-      bound += member_overhead + u.members[i].conversation.size();
-  }
+  for (auto& u : updates)
+    bound += zadd_bound(prefix, u);
   if (bound > buf_capacity_) {
     buf_capacity_ = std::max(bound, 2 * buf_capacity_);
     buf_.reset(new char[buf_capacity_]);
   }
   char* const begin = buf_.get();
   char* p = begin;
-  for (auto& u : updates) {
-    *p++ = '*';
-    p = put_decimal(p, 3 + 2 * u.count);
-    std::memcpy(p, "\r\n$4\r\nZADD\r\n", 12);
-    p += 12;
-    p = put_bulk(p, prefix, u.user);
-    std::memcpy(p, "$2\r\nGT\r\n", 8);
-    p += 8;
-    for (size_t i = 0; i < u.count; ++i) {
-      p = put_bulk_decimal(p, u.members[i].created_at);
-      p = put_bulk(p, u.members[i].conversation);
-    }
-  }
+  for (auto& u : updates)
+    p = put_zadd(p, prefix, u);
   if (auto err = conn_->write_formatted(std::string_view{begin, static_cast<size_t>(p - begin)}))
     return err;
   return caf::unit;

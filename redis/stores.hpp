@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "ports/ports.hpp"
+#include "redis/cluster.hpp"
 #include "redis/connection.hpp"
 
 namespace qsp::redis {
@@ -23,6 +24,11 @@ std::string status_key(const std::string& ns, const std::string& topic, int32_t 
 /// `s` with Redis glob metacharacters escaped, for SCAN MATCH.
 std::string glob_escape(const std::string& s);
 
+/// The RESP of one `ZADD {prefix}{user} GT score member ...`: put_zadd()
+/// writes at most zadd_bound() bytes at `p` and returns the end.
+size_t zadd_bound(std::string_view prefix, const session_update& u);
+char* put_zadd(char* p, std::string_view prefix, const session_update& u);
+
 class redis_checkpoint_store final : public checkpoint_store {
 public:
   static caf::expected<std::unique_ptr<redis_checkpoint_store>> open(const settings& cfg);
@@ -40,13 +46,20 @@ public:
   caf::expected<uint64_t> claim(const std::string& topic, int32_t partition,
                                 const std::string& node, int64_t now_ms,
                                 uint64_t mine = 0) override;
+  caf::expected<core::redis_cluster_state> cluster_state(const std::string& topic) override;
+  caf::expected<void>
+  seed_copies(const core::identity& id,
+              const std::map<int32_t, std::pair<int64_t, int32_t>>& positions) override;
   void interrupt() override;
 
 private:
-  explicit redis_checkpoint_store(std::unique_ptr<connection> conn) : conn_(std::move(conn)) {}
+  redis_checkpoint_store(std::unique_ptr<connection> conn,
+                         std::unique_ptr<cluster_router> router = nullptr)
+    : conn_(std::move(conn)), router_(std::move(router)) {}
   /// redis.wait-replicas after a checkpoint write (nothing when 0).
   caf::expected<void> wait_replicas();
-  std::unique_ptr<connection> conn_;
+  std::unique_ptr<connection> conn_;  ///< with Redis Cluster mode: to the namespace's shard
+  std::unique_ptr<cluster_router> router_;  ///< Redis Cluster mode only
 };
 
 class redis_cluster_store final : public cluster_store {

@@ -34,13 +34,19 @@ struct kafka_settings {
 /// The Redis server holding checkpoints and session sets: host:port, or the
 /// primary that Redis Sentinels name.
 struct redis_settings {
-  std::string host = "127.0.0.1";  ///< redis.host (unused with sentinels)
-  uint16_t port = 6379;            ///< redis.port (unused with sentinels)
+  std::string host = "127.0.0.1";  ///< redis.host (unused with sentinels or cluster_nodes)
+  uint16_t port = 6379;            ///< redis.port (unused with sentinels or cluster_nodes)
   /// redis.sentinels: ["host:port", ...].  Non-empty: every connection asks
   /// them, in order, for the primary of master_name and checks ROLE there;
   /// host and port are not used (the option reader refuses both set).
   std::vector<std::string> sentinels;
   std::string master_name;        ///< redis.master-name (required with sentinels)
+  /// redis.cluster-nodes: ["host:port", ...], seed nodes of a Redis Cluster.
+  /// Non-empty selects Redis Cluster mode (docs/OPERATIONS.md, "Redis
+  /// Cluster mode"): the slot map comes from the seeds, session sets go to
+  /// the shard of their key, and the namespace must be a hash tag such as
+  /// "{session_projection}".  Not with sentinels or an explicit host/port.
+  std::vector<std::string> cluster_nodes;
   std::string sentinel_username;  ///< redis.sentinel-username (empty: the default user)
   /// redis.sentinel-password / redis.sentinel-password-file; never logged.
   std::string sentinel_password;

@@ -1,0 +1,94 @@
+// Redis Cluster mode (DESIGN.md §15): the start of each partition from its
+// checkpoint and every primary's copy.  Pure: redis/cluster_stores.cpp reads
+// the primaries, this judges them.
+//
+// The rules (docs/RELIABILITY.md, "Redis Cluster mode"):
+// - A copy proves that its shard holds every ZADD below its positions: it
+//   was written there only after that shard answered them, and a shard's
+//   replication stream is ordered, so a replica holding the copy holds them.
+//   It proves so only in the history it was written in: its replid must be
+//   the primary's replid or, after a failover, its replid2 (verdict valid).
+// - The start of a partition is the lowest of its checkpoint and its valid
+//   copies: a shard whose copy is behind (it lost writes) is replayed from
+//   there.  ZADD GT is idempotent and monotone, so replaying is safe; the
+//   checkpoint itself is not moved back (the writer replays up to it).
+// - A primary that serves slots its copy was not written with received them
+//   by a migration after the copy: if it also failed over since (the copy
+//   is valid through replid2 only), migrated keys may be lost and no copy
+//   covers them: refuse, naming the shard.  Without a failover its own
+//   stream is intact: the copy stands (and the next one records the slots).
+// - A primary without a valid copy of a checkpointed partition: on the
+//   first start in Redis Cluster mode (meta not yet marked) the copies are
+//   seeded (written at the checkpoints, then WAIT for every replica of
+//   every shard); once marked, it may have lost everything the copy would
+//   have covered: refuse, naming the shard (OPERATIONS.md, "A shard without
+//   a copy").
+// - A copy that cannot be read, or whose identity differs from the
+//   namespace's, refuses (fail closed).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/checkpoint.hpp"
+
+namespace qsp::core {
+
+/// One primary of a Redis Cluster as a start reads it.
+struct shard_report {
+  std::string node_id;
+  std::string address;           ///< host:port
+  std::string slots;             ///< the slots it serves now ("0-5460,...")
+  size_t replicas = 0;
+  std::string version;           ///< redis_version
+  std::string maxmemory_policy;
+  std::string cluster_state;     ///< "ok" when the cluster serves every slot
+  std::string replid, replid2;   ///< INFO replication master_replid(2)
+  /// The copy: "valid", "foreign" (another history: a failover chain lost
+  /// it, or the key migrated from another shard), "absent", or
+  /// "unreadable: <why>".
+  std::string copy = "absent";
+  std::string copy_replid;       ///< the history the copy was written in
+  bool slots_grew = false;       ///< serves slots the copy was not written with
+  hash_fields copy_identity;     ///< the copy's §3 identity fields
+  /// A valid copy's positions: partition -> {next_offset, leader_epoch}.
+  std::map<int32_t, std::pair<int64_t, int32_t>> positions;
+};
+
+/// A Redis Cluster as a start reads it.
+struct redis_cluster_state {
+  std::vector<shard_report> shards;  ///< empty: not Redis Cluster mode
+  std::string uncovered;             ///< slots no primary serves ("" none)
+  bool copies_marked = false;        ///< meta says copies were established
+};
+
+/// What the copies decide.
+struct copy_floor {
+  /// Where a partition starts below its checkpoint (a shard's valid copy
+  /// is behind it), with that copy's leader epoch.
+  std::map<int32_t, std::pair<int64_t, int32_t>> replay_from;
+  /// The copies must be seeded before the node starts (first start in
+  /// Redis Cluster mode).
+  bool seed = false;
+  std::vector<problem> problems;
+};
+
+/// The field of meta that marks copies as established (Redis Cluster mode).
+inline constexpr const char* copies_field = "redis_cluster_copies";
+
+/// Judges `cluster` for the validated `checkpoints` of the projection
+/// `meta` (its identity fields): see the top of this file.  `partitions`
+/// are the partitions this node starts (their copies are checked).
+copy_floor judge_copies(const redis_cluster_state& cluster,
+                        const std::map<int32_t, int64_t>& checkpoints, const hash_fields& meta);
+
+/// Prerequisites on every primary (DESIGN.md §15): Redis >= 6.2,
+/// maxmemory-policy noeviction (unless allowed), cluster_state ok, every
+/// slot served.
+std::vector<problem> check_cluster_prerequisites(const redis_cluster_state& cluster,
+                                                 bool allow_eviction);
+
+} // namespace qsp::core

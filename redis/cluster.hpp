@@ -1,0 +1,85 @@
+// Redis Cluster mode, the I/O part (DESIGN.md §15): the slot map read from
+// the seed nodes, and connections to the primaries.  Routing is done here,
+// over the same hiredis connections as the other modes (TLS with the host
+// check, ACL user, timeouts, interrupt, the pipelined ZADD fast path), not by
+// a second client library: see docs/PERFORMANCE.md, "Redis Cluster mode".
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "caf/expected.hpp"
+#include "redis/cluster_map.hpp"
+#include "redis/connection.hpp"
+
+namespace qsp::redis {
+
+/// What a start checks and records of one primary.
+struct primary_facts {
+  std::string node_id;
+  std::string address;                 ///< host:port
+  std::vector<slot_range> slots;       ///< as the slot map says
+  size_t replicas = 0;                 ///< as the slot map says
+  std::string replid;                  ///< INFO replication master_replid
+  std::string replid2;                 ///< master_replid2 (zero_replid: none)
+  std::string version;                 ///< redis_version
+  std::string maxmemory_policy;
+  std::string cluster_state;           ///< CLUSTER INFO cluster_state
+};
+
+/// A MOVED or ASK error reply: where the slot is (now, or for this command).
+struct redirection {
+  bool ask = false;
+  uint16_t slot = 0;
+  address to;
+};
+/// Parses "MOVED 3999 127.0.0.1:6381" / "ASK ..."; nullopt for any other text.
+std::optional<redirection> parse_redirection(std::string_view error_text);
+/// TRYAGAIN, CLUSTERDOWN, LOADING: the cluster is reorganising or
+/// recovering (transient: the node goes dirty and restarts).
+bool transient_cluster_error(std::string_view error_text);
+
+/// The slot map and one connection per primary, opened on first use.  Not
+/// thread-safe but for interrupt().
+class cluster_router {
+public:
+  /// Asks the seeds (cfg.cluster_nodes), in order, for CLUSTER SLOTS; the
+  /// first answer wins.  The error names every seed and why.
+  static caf::expected<std::unique_ptr<cluster_router>> open(const settings& cfg);
+
+  /// Re-reads CLUSTER SLOTS from the primaries already connected, else the
+  /// seeds: after a MOVED.
+  caf::error refresh();
+  const slot_map& map() const { return map_; }
+  const settings& config() const { return cfg_; }
+
+  /// The connection to the primary of shard `i` of map().
+  caf::expected<connection*> primary(size_t i);
+  /// A connection to `at`, opened on first use and kept (a MOVED/ASK
+  /// target, or a primary's second connection: see `lane`).  Lanes keep
+  /// connections to one address apart (e.g. pipelined ZADDs and
+  /// synchronous resends).
+  caf::expected<connection*> at(const address& to, int lane = 0);
+  /// Forgets the connection to `to` (all lanes): after an I/O error.
+  void drop(const address& to);
+
+  /// CLUSTER MYID, INFO and CLUSTER INFO of every primary of map().
+  caf::expected<std::vector<primary_facts>> facts();
+
+  void interrupt();
+
+private:
+  explicit cluster_router(settings cfg) : cfg_(std::move(cfg)) {}
+  caf::error read_map(connection& c, const std::string& host);
+
+  settings cfg_;
+  slot_map map_;
+  std::mutex mtx_;  ///< guards conns_ against interrupt()
+  std::map<std::pair<std::string, int>, std::unique_ptr<connection>> conns_;
+  bool interrupted_ = false;
+};
+
+} // namespace qsp::redis

@@ -1,0 +1,468 @@
+#include "redis/cluster_stores.hpp"
+
+#include <algorithm>
+
+#include "messages/types.hpp"
+#include "redis/stores.hpp"
+
+namespace qsp::redis {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+/// The server's error text of an error reply that connection::classify
+/// turned into `err` ("<where>: <text>").
+std::string reply_text(const caf::error& err, const connection& c) {
+  auto& ctx = err.context();
+  std::string msg = ctx.size() == 1 && ctx.match_element<std::string>(0)
+                      ? ctx.get_as<std::string>(0)
+                      : describe(err);
+  auto prefix = c.where() + ": ";
+  return msg.rfind(prefix, 0) == 0 ? msg.substr(prefix.size()) : msg;
+}
+
+bool gone(const caf::error& err) {
+  return err.code() == static_cast<uint8_t>(ec::redis_unavailable);
+}
+
+address address_of(const cluster_node& n) { return address{n.host, n.port}; }
+
+/// Writes shard `sh`'s copy of `positions` (HSET, on a lane of its own).
+/// `redirected`: the copy key's slot is elsewhere now (MOVED/ASK).
+struct put_result {
+  caf::error err;
+  bool redirected = false;
+};
+put_result put_copy(cluster_router& router, const primary_facts& f, const shard& sh,
+                    const core::identity& id,
+                    const std::map<int32_t, std::pair<int64_t, int32_t>>& positions) {
+  auto tag = tag_for_shard(sh);
+  if (tag.empty())
+    return {}; // a primary without slots holds no data of ours
+  shard_copy copy;
+  copy.shard_node = f.node_id;
+  copy.shard_replid = f.replid;
+  copy.slots = sh.slots;
+  for (auto& [k, v] : core::encode_meta(id))
+    copy.identity.emplace(k, v);
+  copy.positions = positions;
+  std::vector<std::string> argv{"HSET", copy_key(tag, router.config().ns, id.topic)};
+  for (auto& [k, v] : encode_copy_fields(copy)) {
+    argv.push_back(k);
+    argv.push_back(v);
+  }
+  auto c = router.at(address_of(sh.primary), 1);
+  if (!c)
+    return {c.error()};
+  auto r = (*c)->command(argv);
+  if (r)
+    return {};
+  if (gone(r.error())) {
+    router.drop(address_of(sh.primary));
+    return {r.error()};
+  }
+  return {r.error(), parse_redirection(reply_text(r.error(), **c)).has_value()};
+}
+
+} // namespace
+
+caf::expected<core::redis_cluster_state> read_cluster_state(cluster_router& router,
+                                                            const std::string& topic) {
+  core::redis_cluster_state st;
+  auto facts = router.facts();
+  if (!facts)
+    return facts.error();
+  st.uncovered = format_ranges(router.map().uncovered());
+  for (size_t i = 0; i < facts->size(); ++i) {
+    auto& f = (*facts)[i];
+    auto& sh = router.map().shards()[i];
+    core::shard_report r;
+    r.node_id = f.node_id;
+    r.address = f.address;
+    r.slots = format_ranges(f.slots);
+    r.replicas = f.replicas;
+    r.version = f.version;
+    r.maxmemory_policy = f.maxmemory_policy;
+    r.cluster_state = f.cluster_state;
+    r.replid = f.replid;
+    r.replid2 = f.replid2;
+    auto tag = tag_for_shard(sh);
+    if (!tag.empty()) {
+      auto c = router.at(address_of(sh.primary), 1);
+      if (!c)
+        return c.error();
+      auto h = (*c)->command({"HGETALL", copy_key(tag, router.config().ns, topic)});
+      if (!h)
+        return h.error();
+      auto* rep = h->get();
+      if (rep->type == REDIS_REPLY_ARRAY && rep->elements > 0) {
+        std::vector<std::pair<std::string, std::string>> fields;
+        for (size_t k = 0; k + 1 < rep->elements; k += 2)
+          fields.emplace_back(std::string{rep->element[k]->str, rep->element[k]->len},
+                              std::string{rep->element[k + 1]->str, rep->element[k + 1]->len});
+        auto copy = decode_copy(fields);
+        if (!copy) {
+          r.copy = "unreadable: " + describe(copy.error());
+        } else {
+          r.copy = to_string(judge_copy(*copy, f.replid, f.replid2));
+          r.copy_replid = copy->shard_replid;
+          r.slots_grew = !covers(copy->slots, f.slots);
+          for (auto& [k, v] : copy->identity)
+            r.copy_identity.emplace(k, v);
+          if (r.copy == "valid")
+            r.positions = copy->positions;
+        }
+      }
+    }
+    st.shards.push_back(std::move(r));
+  }
+  return st;
+}
+
+caf::error seed_cluster_copies(cluster_router& router, const core::identity& id,
+                               const std::map<int32_t, std::pair<int64_t, int32_t>>& positions) {
+  auto facts = router.facts();
+  if (!facts)
+    return facts.error();
+  for (size_t i = 0; i < facts->size(); ++i)
+    if (auto put = put_copy(router, (*facts)[i], router.map().shards()[i], id, positions); put.err)
+      return put.err;
+  // Every replica must hold its shard's copy (and so everything below it)
+  // before the copies are trusted: a failover to a replica without one
+  // would otherwise look like a shard that never had one.
+  const auto& cfg = router.config();
+  auto timeout = std::to_string(std::max(1, cfg.command_timeout_ms / 2));
+  for (size_t i = 0; i < facts->size(); ++i) {
+    auto& f = (*facts)[i];
+    if (f.replicas == 0)
+      continue;
+    auto c = router.at(address_of(router.map().shards()[i].primary), 1);
+    if (!c)
+      return c.error();
+    auto w = (*c)->command({"WAIT", std::to_string(f.replicas), timeout});
+    if (!w)
+      return w.error();
+    if ((*w)->integer < static_cast<long long>(f.replicas))
+      return caf::make_error(ec::redis_unavailable,
+                             "seeding the Redis Cluster copies: primary " + f.address + " (node "
+                               + f.node_id.substr(0, 8) + "): " + std::to_string((*w)->integer)
+                               + " of its " + std::to_string(f.replicas)
+                               + " replicas acknowledged within " + timeout
+                               + " ms; retrying (a replica that is down must come back, or be "
+                                 "removed from the cluster)");
+  }
+  return caf::none;
+}
+
+caf::expected<std::unique_ptr<connection>> open_namespace_shard(const settings& cfg) {
+  auto router = cluster_router::open(cfg);
+  if (!router)
+    return router.error();
+  auto slot = key_slot(cfg.ns);
+  auto i = (*router)->map().shard_of(slot);
+  if (i < 0)
+    return caf::make_error(ec::redis_unavailable,
+                           "redis.cluster-nodes: slot " + std::to_string(slot)
+                             + " of the namespace " + cfg.ns
+                             + " is served by no primary (cluster down or resharding)");
+  return connection::open_at(cfg, address_of((*router)->map().shards()[static_cast<size_t>(i)].primary));
+}
+
+caf::expected<std::unique_ptr<redis_cluster_session_store>>
+redis_cluster_session_store::open(const settings& cfg) {
+  auto router = cluster_router::open(cfg);
+  if (!router)
+    return router.error();
+  std::unique_ptr<redis_cluster_session_store> s{
+    new redis_cluster_session_store(std::move(*router))};
+  if (auto err = s->learn_primaries())
+    return err;
+  return s;
+}
+
+caf::error redis_cluster_session_store::learn_primaries() {
+  auto f = router_->facts();
+  if (!f)
+    return f.error();
+  facts_ = std::move(*f);
+  return caf::none;
+}
+
+void redis_cluster_session_store::interrupt() { router_->interrupt(); }
+
+caf::expected<void> redis_cluster_session_store::apply(const std::vector<session_update>& updates) {
+  if (updates.empty())
+    return caf::unit;
+  if (auto ok = send(updates); !ok)
+    return ok;
+  auto done = confirm(updates.size(), std::chrono::milliseconds{-1});
+  if (!done)
+    return done.error();
+  return caf::unit;
+}
+
+caf::expected<void> redis_cluster_session_store::send(const std::vector<session_update>& updates) {
+  if (updates.empty())
+    return caf::unit;
+  const auto& prefix = router_->config().convs_prefix;
+  const auto& map = router_->map();
+  batch b;
+  std::vector<int> part_of(map.shards().size(), -1);
+  for (auto& u : updates) {
+    key_.assign(prefix).append(u.user.data(), u.user.size());
+    auto slot = key_slot(key_);
+    auto s = map.shard_of(slot);
+    if (s < 0)
+      return caf::make_error(ec::redis_unavailable,
+                             "redis cluster: slot " + std::to_string(slot) + " (key " + key_
+                               + ") is served by no primary (cluster down or resharding)");
+    auto& idx = part_of[static_cast<size_t>(s)];
+    if (idx < 0) {
+      idx = static_cast<int>(b.parts.size());
+      b.parts.push_back(part{address_of(map.shards()[static_cast<size_t>(s)].primary), {}, {}, 0});
+    }
+    auto& pt = b.parts[static_cast<size_t>(idx)];
+    auto at = pt.resp.size();
+    pt.resp.resize(at + zadd_bound(prefix, u));
+    char* end = put_zadd(pt.resp.data() + at, prefix, u);
+    pt.resp.resize(static_cast<size_t>(end - pt.resp.data()));
+    pt.ends.push_back(static_cast<uint32_t>(pt.resp.size()));
+  }
+  // Every shard at once: the writes return once the kernel has them.
+  for (auto& pt : b.parts) {
+    auto c = router_->at(pt.to);
+    if (!c)
+      return c.error();
+    if (auto err = (*c)->write_formatted(pt.resp)) {
+      router_->drop(pt.to);
+      return err;
+    }
+  }
+  batches_.push_back(std::move(b));
+  return caf::unit;
+}
+
+caf::error redis_cluster_session_store::follow(const part& p, size_t i, const redirection& first) {
+  auto begin = i == 0 ? 0u : p.ends[i - 1];
+  std::string_view cmd{p.resp.data() + begin, p.ends[i] - begin};
+  auto r = first;
+  // A slot in migration can answer ASK and then MOVED: a few hops at most.
+  for (int hop = 0; hop < 5; ++hop) {
+    if (r.ask) {
+      ++asked_;
+    } else {
+      ++moved_;
+      // The map is stale: later batches go to the new owner directly.
+      // (A failed refresh leaves the old map; the resend below still goes
+      // where the server said.)
+      (void) router_->refresh();
+    }
+    // Lane 1: a connection of its own, never one with pipelined replies
+    // outstanding.
+    auto c = router_->at(r.to, 1);
+    if (!c)
+      return c.error();
+    if (r.ask)
+      (*c)->append({"ASKING"});
+    (*c)->append_formatted(cmd);
+    if (auto err = (*c)->flush()) {
+      router_->drop(r.to);
+      return err;
+    }
+    if (r.ask) {
+      auto asking = (*c)->read_reply("ASKING");
+      if (!asking) {
+        if (gone(asking.error()))
+          router_->drop(r.to);
+        // Its ZADD's reply is still to be read before anything else.
+        (void) (*c)->read_reply("ZADD");
+        return asking.error();
+      }
+    }
+    auto rep = (*c)->read_reply("ZADD");
+    if (rep) {
+      if ((*rep)->type != REDIS_REPLY_INTEGER)
+        return caf::make_error(ec::redis_reply,
+                               (*c)->where() + ": unexpected reply to a redirected ZADD GT");
+      return caf::none;
+    }
+    if (gone(rep.error())) {
+      router_->drop(r.to);
+      return rep.error();
+    }
+    auto again = parse_redirection(reply_text(rep.error(), **c));
+    if (!again)
+      return rep.error();
+    r = *again;
+  }
+  return caf::make_error(ec::redis_reply, "redis cluster: a ZADD was redirected more than 5 times "
+                                          "(slot "
+                                            + std::to_string(first.slot) + ")");
+}
+
+caf::expected<bool> redis_cluster_session_store::read_part(part& p, clock_type::time_point deadline,
+                                                           bool blocking) {
+  auto c = router_->at(p.to);
+  if (!c)
+    return c.error();
+  auto* conn = *c;
+  const size_t total = p.ends.size();
+  while (p.read < total) {
+    int timeout = -1;
+    if (!blocking) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now());
+      timeout = static_cast<int>(std::max<int64_t>(0, left.count()));
+      // Integer replies (the normal case) without a reply object each.
+      auto got = conn->take_integer_replies(total - p.read, timeout);
+      if (!got) {
+        router_->drop(p.to);
+        return got.error();
+      }
+      p.read += got->taken;
+      if (got->taken > 0)
+        continue;
+      if (!got->other) {
+        if (timeout == 0 || clock_type::now() >= deadline)
+          return false;
+        continue;
+      }
+    }
+    auto r = conn->poll_reply(timeout, "ZADD");
+    if (!r) {
+      if (gone(r.error())) {
+        router_->drop(p.to);
+        return r.error();
+      }
+      auto text = reply_text(r.error(), *conn);
+      if (auto red = parse_redirection(text)) {
+        if (auto err = follow(p, p.read, *red)) {
+          if (gone(err))
+            return err;
+          if (!first_failure_)
+            first_failure_ = err;
+        }
+      } else if (!first_failure_) {
+        first_failure_ = r.error();
+      }
+      ++p.read;
+      continue;
+    }
+    if (*r == nullptr) {
+      if (timeout == 0 || clock_type::now() >= deadline)
+        return false;
+      continue;
+    }
+    if ((*r)->type != REDIS_REPLY_INTEGER && !first_failure_)
+      first_failure_ = caf::make_error(ec::redis_reply, conn->where() + ": unexpected reply to ZADD GT");
+    ++p.read;
+  }
+  return true;
+}
+
+caf::expected<bool> redis_cluster_session_store::confirm(size_t, std::chrono::milliseconds wait) {
+  if (batches_.empty())
+    return true;
+  auto& b = batches_.front();
+  const bool blocking = wait.count() < 0;
+  auto deadline = clock_type::now() + (blocking ? std::chrono::milliseconds{0} : wait);
+  for (auto& pt : b.parts) {
+    auto done = read_part(pt, deadline, blocking);
+    if (!done) {
+      // A connection is gone: the remaining replies never come.
+      batches_.clear();
+      first_failure_ = caf::error{};
+      return done.error();
+    }
+    if (!*done)
+      return false;
+  }
+  batches_.pop_front();
+  if (first_failure_)
+    return std::exchange(first_failure_, caf::error{});
+  return true;
+}
+
+caf::expected<session_list> redis_cluster_session_store::sessions(const std::string& user,
+                                                                  size_t limit) {
+  auto key = router_->config().convs_prefix + user;
+  std::vector<std::string> argv{"ZREVRANGE", key, "0",
+                                std::to_string(limit == 0 ? 0 : limit - 1), "WITHSCORES"};
+  auto s = router_->map().shard_of(key_slot(key));
+  if (s < 0)
+    return caf::make_error(ec::redis_unavailable, "redis cluster: the slot of " + key
+                                                    + " is served by no primary");
+  address to = address_of(router_->map().shards()[static_cast<size_t>(s)].primary);
+  bool ask = false;
+  for (int hop = 0; hop < 5; ++hop) {
+    // Lane 1: never the pipelined ZADD connection.
+    auto c = router_->at(to, 1);
+    if (!c)
+      return c.error();
+    if (ask) {
+      auto a = (*c)->command({"ASKING"});
+      if (!a)
+        return a.error();
+    }
+    auto r = (*c)->command(argv);
+    if (r) {
+      session_list out;
+      if (limit == 0)
+        return out;
+      auto* rep = r->get();
+      for (size_t i = 0; i + 1 < rep->elements; i += 2) {
+        std::string score{rep->element[i + 1]->str, rep->element[i + 1]->len};
+        auto v = core::parse_decimal(score);
+        out.push_back(session_entry{std::string{rep->element[i]->str, rep->element[i]->len},
+                                    v ? *v : -1});
+      }
+      return out;
+    }
+    if (gone(r.error())) {
+      router_->drop(to);
+      return r.error();
+    }
+    auto red = parse_redirection(reply_text(r.error(), **c));
+    if (!red)
+      return r.error();
+    ask = red->ask;
+    if (!ask)
+      (void) router_->refresh();
+    to = red->to;
+  }
+  return caf::make_error(ec::redis_reply, "redis cluster: " + key + " redirected more than 5 times");
+}
+
+caf::expected<void> redis_cluster_session_store::write_copies(
+  const core::identity& id, const std::map<int32_t, std::pair<int64_t, int32_t>>& positions) {
+  if (positions.empty())
+    return caf::unit;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    bool redirected = false;
+    for (size_t i = 0; i < facts_.size() && !redirected; ++i) {
+      auto s = router_->map().shard_by_node(facts_[i].node_id);
+      if (s < 0) {
+        redirected = true; // the map changed under the facts
+        break;
+      }
+      auto put = put_copy(*router_, facts_[i], router_->map().shards()[static_cast<size_t>(s)], id,
+                          positions);
+      if (put.err && !put.redirected)
+        return put.err;
+      redirected = put.redirected;
+    }
+    if (!redirected)
+      return caf::unit;
+    // A copy key's slot (or a primary) moved: the new map, the new
+    // primaries' histories, and every copy again.
+    ++moved_;
+    if (auto err = router_->refresh())
+      return err;
+    if (auto err = learn_primaries())
+      return err;
+  }
+  return caf::make_error(ec::redis_unavailable,
+                         "redis cluster: the copies kept being redirected (resharding in progress)");
+}
+
+} // namespace qsp::redis

@@ -1,0 +1,86 @@
+// The Redis adapters of Redis Cluster mode (DESIGN.md §15): the session
+// store that splits each batch by shard, and the reading of every primary's
+// copy for the start.  The checkpoint and cluster stores of this mode are
+// the standalone ones on a connection to the namespace's shard (every key
+// of the namespace shares one slot: see open_namespace_shard()).
+#pragma once
+
+#include <deque>
+#include <memory>
+
+#include "ports/ports.hpp"
+#include "redis/cluster.hpp"
+
+namespace qsp::redis {
+
+/// A connection to the primary serving the namespace's slot (cfg.ns is a
+/// hash tag), found through the seeds' slot map.
+caf::expected<std::unique_ptr<connection>> open_namespace_shard(const settings& cfg);
+
+/// Every primary of the router's map, its prerequisites and its copy of
+/// `topic` (core::shard_report), and the slots none serves.
+caf::expected<core::redis_cluster_state> read_cluster_state(cluster_router& router,
+                                                            const std::string& topic);
+
+/// Writes every primary's copy of `positions` (they hold every write below
+/// them), then WAITs on each for all of its replicas; a shard whose
+/// replicas do not all acknowledge within the command timeout is
+/// ec::redis_unavailable naming it.
+caf::error seed_cluster_copies(cluster_router& router, const core::identity& id,
+                               const std::map<int32_t, std::pair<int64_t, int32_t>>& positions);
+
+/// Pipelined ZADD GT split by shard: each batch's commands go to every
+/// shard at once; confirm() reads every shard's replies, following MOVED
+/// (the map is refreshed and the command resent to the new owner) and ASK
+/// (ASKING, then the command, at the target, for that command only) on a
+/// connection of their own, and fails on TRYAGAIN/CLUSTERDOWN/LOADING
+/// (transient).  A batch is confirmed only once every reply, resends
+/// included, was read.
+class redis_cluster_session_store final : public session_store {
+public:
+  static caf::expected<std::unique_ptr<redis_cluster_session_store>> open(const settings& cfg);
+
+  caf::expected<void> apply(const std::vector<session_update>& updates) override;
+  caf::expected<void> send(const std::vector<session_update>& updates) override;
+  caf::expected<bool> confirm(size_t n, std::chrono::milliseconds wait) override;
+  caf::expected<session_list> sessions(const std::string& user, size_t limit) override;
+  caf::expected<void>
+  write_copies(const core::identity& id,
+               const std::map<int32_t, std::pair<int64_t, int32_t>>& positions) override;
+  void interrupt() override;
+
+  /// Redirections followed so far (MOVED, ASK), for the metrics.
+  uint64_t moved() const { return moved_; }
+  uint64_t asked() const { return asked_; }
+
+private:
+  explicit redis_cluster_session_store(std::unique_ptr<cluster_router> r) : router_(std::move(r)) {}
+  /// The commands of one batch for one primary, kept until their replies
+  /// are read (a redirected one is resent from here).
+  struct part {
+    address to;
+    std::string resp;
+    std::vector<uint32_t> ends;  ///< end of each command in resp
+    size_t read = 0;             ///< replies read
+  };
+  struct batch {
+    std::vector<part> parts;
+  };
+  /// Reads the replies of `p` until all are in or `deadline` passes.
+  caf::expected<bool> read_part(part& p, std::chrono::steady_clock::time_point deadline,
+                                bool blocking);
+  /// Resends command `i` of `p` after a MOVED/ASK (synchronously); a
+  /// failure is kept in first_failure_ unless the connection is gone.
+  caf::error follow(const part& p, size_t i, const redirection& r);
+  /// The node ids and replids of the primaries (for the copies).
+  caf::error learn_primaries();
+
+  std::unique_ptr<cluster_router> router_;
+  std::deque<batch> batches_;
+  caf::error first_failure_;
+  std::string key_;  ///< scratch: a session set's key
+  std::vector<primary_facts> facts_;
+  uint64_t moved_ = 0, asked_ = 0;
+};
+
+} // namespace qsp::redis
