@@ -219,6 +219,28 @@ int cmd_inspect(const app::node_settings& s, bool json) {
     parts.push_back({{"partition", p}, {"low", r->broker.marks[p].low},
                      {"last_stable_offset", r->broker.marks[p].high},
                      {"high_watermark", r->broker.true_high[p]}});
+  // Redis Cluster mode: every primary and its copy (DESIGN.md §15).
+  if (!r->cluster.shards.empty()) {
+    auto& rc = j["redis_cluster"];
+    rc["copies_established"] = r->cluster.copies_marked;
+    rc["uncovered_slots"] = r->cluster.uncovered;
+    auto& shards = rc["shards"] = nlohmann::json::array();
+    for (auto& sh : r->cluster.shards) {
+      nlohmann::json pos = nlohmann::json::object();
+      for (auto& [p, at] : sh.positions)
+        pos[std::to_string(p)] = {{"next_offset", at.first}, {"leader_epoch", at.second}};
+      shards.push_back({{"node_id", sh.node_id}, {"address", sh.address}, {"role", "master"},
+                        {"slots", sh.slots}, {"replicas", sh.replicas}, {"version", sh.version},
+                        {"maxmemory_policy", sh.maxmemory_policy},
+                        {"cluster_state", sh.cluster_state}, {"replid", sh.replid},
+                        {"replid2", sh.replid2}, {"copy", sh.copy},
+                        {"copy_replid", sh.copy_replid}, {"slots_grew", sh.slots_grew},
+                        {"positions", pos}});
+    }
+    auto& rp = rc["replay_from"] = nlohmann::json::object();
+    for (auto& [p, at] : r->copies.replay_from)
+      rp[std::to_string(p)] = at.first;
+  }
   auto& probs = j["problems"] = nlohmann::json::array();
   for (auto& p : r->problems)
     probs.push_back(p.to_string());
@@ -267,6 +289,33 @@ int cmd_inspect(const app::node_settings& s, bool json) {
   for (auto& [suffix, fields] : r->stored.checkpoints)
     if (!core::parse_decimal(suffix) || *core::parse_decimal(suffix) >= r->broker.partition_count)
       std::cout << "stray checkpoint key suffix \"" << suffix << "\"\n";
+  if (!r->cluster.shards.empty()) {
+    // Redis Cluster mode: the shards and each partition's position on each.
+    std::cout << "\nredis cluster: copies " << (r->cluster.copies_marked ? "established" : "not yet seeded")
+              << (r->cluster.uncovered.empty() ? "" : ", unserved slots " + r->cluster.uncovered)
+              << "\n";
+    std::printf("%-22s %-8s %-6s %-24s %8s  %s\n", "primary", "node", "role", "slots", "replicas",
+                "copy");
+    for (auto& sh : r->cluster.shards)
+      std::printf("%-22s %-8s %-6s %-24s %8zu  %s%s\n", sh.address.c_str(),
+                  sh.node_id.substr(0, 8).c_str(), "master", sh.slots.c_str(), sh.replicas,
+                  sh.copy.c_str(), sh.slots_grew ? " (slots grew since)" : "");
+    std::printf("\n%-9s", "partition");
+    for (auto& sh : r->cluster.shards)
+      std::printf(" %14s", sh.address.c_str());
+    std::printf(" %14s\n", "start");
+    for (size_t p = 0; p < r->broker.marks.size(); ++p) {
+      std::printf("%-9zu", p);
+      for (auto& sh : r->cluster.shards) {
+        auto i = sh.positions.find(static_cast<int32_t>(p));
+        std::printf(" %14s", i == sh.positions.end() ? "-" : std::to_string(i->second.first).c_str());
+      }
+      auto rp = r->copies.replay_from.find(static_cast<int32_t>(p));
+      std::printf(" %14s\n", rp == r->copies.replay_from.end()
+                                ? "checkpoint"
+                                : ("replay " + std::to_string(rp->second.first)).c_str());
+    }
+  }
   for (auto& p : r->problems)
     std::cout << "problem: " << p.to_string() << '\n';
   return exit_ok;

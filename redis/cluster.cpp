@@ -101,7 +101,8 @@ caf::error cluster_router::read_map(connection& c, const std::string& host) {
       return caf::make_error(ec::invalid_config,
                              c.where() + " is not a Redis Cluster node (cluster support disabled): "
                                          "redis.cluster-nodes selects Redis Cluster mode; for a "
-                                         "standalone server set redis.host/redis.port");
+                                         "standalone server set redis.host/redis.port (standalone "
+                                         "mode)");
     return rep.error();
   }
   auto m = parse_cluster_slots(rep->get(), host);

@@ -201,6 +201,17 @@ caf::expected<std::string> info_field(connection& c, const std::string& section,
 } // namespace
 
 caf::expected<std::string> redis_checkpoint_store::server_version() {
+  if (!router_) {
+    // A Redis Cluster node written as if standalone would answer MOVED for
+    // most keys and keep the checkpoints on one shard: the wrong mode.
+    auto enabled = info_field(*conn_, "cluster", "cluster_enabled");
+    if (enabled && *enabled == "1")
+      return caf::make_error(ec::invalid_config,
+                             conn_->where()
+                               + " is a Redis Cluster node: set redis.cluster-nodes (Redis "
+                                 "Cluster mode, with a hash-tag projection.namespace) instead of "
+                                 "redis.host/redis.port or redis.sentinels");
+  }
   return info_field(*conn_, "server", "redis_version");
 }
 
