@@ -19,6 +19,7 @@
 #include "core/replay.hpp"
 #include "kafka/dispatch_log_consumer.hpp"
 #include "messages/types.hpp"
+#include "redis/cluster.hpp"
 #include "redis/connection.hpp"
 
 namespace qsp::app {
@@ -194,10 +195,32 @@ int replay(const node_settings& s, std::vector<partition_progress>& parts, repla
 /// Pipelined ZRANGE WITHSCORES over every user of the model.  Returns an exit
 /// code (< 0: success).
 int diff(const node_settings& s, const replay_model& m, audit_findings& f) {
-  auto conn = redis::connection::open(redis_config_of(s.projection));
-  if (!conn)
-    return fail("redis", conn.error());
-  auto& c = **conn;
+  auto cfg = redis_config_of(s.projection);
+  // Redis Cluster mode: each user's set is read from the primary of its
+  // slot (pipelined per primary); otherwise one connection.
+  std::unique_ptr<redis::cluster_router> router;
+  std::unique_ptr<redis::connection> single;
+  if (!cfg.cluster_nodes.empty()) {
+    auto r = redis::cluster_router::open(cfg);
+    if (!r)
+      return fail("redis", r.error());
+    router = std::move(*r);
+  } else {
+    auto conn = redis::connection::open(cfg);
+    if (!conn)
+      return fail("redis", conn.error());
+    single = std::move(*conn);
+  }
+  auto conn_for = [&](const std::string& key) -> caf::expected<redis::connection*> {
+    if (!router)
+      return single.get();
+    auto i = router->map().shard_of(redis::key_slot(key));
+    if (i < 0)
+      return caf::make_error(ec::redis_unavailable, "redis cluster: the slot of " + key
+                                                      + " is served by no primary");
+    return router->primary(static_cast<size_t>(i));
+  };
+  std::vector<redis::connection*> target;
   const auto& prefix = s.projection.convs_prefix;
   using user_ref = const std::pair<const std::string,
                                    std::unordered_map<const std::string*, int64_t>>*;
@@ -206,10 +229,18 @@ int diff(const node_settings& s, const replay_model& m, audit_findings& f) {
   std::vector<std::string> keys;
   static const std::string zrange = "ZRANGE", zero = "0", all = "-1", withscores = "WITHSCORES";
   auto flush = [&]() -> int {
-    for (size_t i = 0; i < chunk.size(); ++i)
-      c.append({zrange, keys[i], zero, all, withscores});
-    caf::error io;
+    target.clear();
     for (size_t i = 0; i < chunk.size(); ++i) {
+      auto c = conn_for(keys[i]);
+      if (!c)
+        return fail("redis", c.error());
+      target.push_back(*c);
+      (*c)->append({zrange, keys[i], zero, all, withscores});
+    }
+    caf::error io;
+    // Each connection answers in the order it was asked.
+    for (size_t i = 0; i < chunk.size(); ++i) {
+      auto& c = *target[i];
       auto r = c.read_reply();
       if (!r) {
         if (r.error().code() == static_cast<uint8_t>(ec::redis_reply)) {
