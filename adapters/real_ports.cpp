@@ -73,6 +73,7 @@ class real_ports final : public port_factory {
 public:
   real_ports(const projection_settings& s, real_ports_options opts)
     : kafka_(kafka_config_of(s)), redis_(redis_config_of(s)), io_(opts.io), logs_(opts.logs),
+      stats_(opts.stats),
       session_timeout_ms_(static_cast<int>(s.kafka.session_timeout.count())) {
     kafka_.client.logs = opts.logs;
     kafka_.client.keepalive = opts.io;
@@ -115,7 +116,7 @@ public:
 
   caf::expected<std::unique_ptr<session_store>> make_session_store() override {
     if (!redis_.cluster_nodes.empty()) {
-      auto c = redis::redis_cluster_session_store::open(redis_);
+      auto c = redis::redis_cluster_session_store::open(redis_, stats_);
       if (!c)
         return c.error();
       return std::unique_ptr<session_store>{std::move(*c)};
@@ -158,6 +159,7 @@ private:
   redis::settings redis_;
   std::shared_ptr<void> io_;
   log_ptr logs_;
+  std::shared_ptr<metrics> stats_;
   std::mutex announce_mtx_;
   std::optional<redis::address> announced_; ///< the primary last logged
   int session_timeout_ms_;

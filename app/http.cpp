@@ -143,6 +143,26 @@ std::string prometheus_text(const projection_status& s, const metrics& m, const 
   metric("qsp_kafka_client_errors_total", "counter",
          "librdkafka client-level errors (all brokers down, transport, authentication)");
   out += "qsp_kafka_client_errors_total{" + lbl + "} " + std::to_string(m.kafka_client_errors.load()) + "\n";
+  {
+    // Redis Cluster mode: per primary (the families are declared in every
+    // mode, with samples only in Redis Cluster mode).
+    auto shards = m.shard_snapshot();
+    auto per_shard = [&](const char* name, const char* help, uint64_t metrics::shard_counters::*f) {
+      metric(name, "counter", help);
+      for (auto& [primary, c] : shards)
+        out += std::string{name} + "{" + lbl + ",primary=\"" + primary + "\"} "
+               + std::to_string(c.*f) + "\n";
+    };
+    per_shard("qsp_redis_shard_writes_total", "ZADDs sent to a primary (Redis Cluster mode)",
+              &metrics::shard_counters::writes);
+    per_shard("qsp_redis_shard_errors_total",
+              "error replies from a primary other than redirections (Redis Cluster mode)",
+              &metrics::shard_counters::errors);
+    per_shard("qsp_redis_shard_moved_total", "MOVED redirections followed (Redis Cluster mode)",
+              &metrics::shard_counters::moved);
+    per_shard("qsp_redis_shard_ask_total", "ASK redirections followed (Redis Cluster mode)",
+              &metrics::shard_counters::asked);
+  }
   metric("qsp_identity_checks_total", "counter", "run-time broker identity checks (the fence)");
   out += "qsp_identity_checks_total{" + lbl + "} " + std::to_string(m.identity_checks.load()) + "\n";
   metric("qsp_identity_check_errors_total", "counter", "identity checks the broker did not answer");

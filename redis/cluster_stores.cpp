@@ -170,12 +170,12 @@ caf::expected<std::unique_ptr<connection>> open_namespace_shard(const settings& 
 }
 
 caf::expected<std::unique_ptr<redis_cluster_session_store>>
-redis_cluster_session_store::open(const settings& cfg) {
+redis_cluster_session_store::open(const settings& cfg, std::shared_ptr<metrics> stats) {
   auto router = cluster_router::open(cfg);
   if (!router)
     return router.error();
   std::unique_ptr<redis_cluster_session_store> s{
-    new redis_cluster_session_store(std::move(*router))};
+    new redis_cluster_session_store(std::move(*router), std::move(stats))};
   if (auto err = s->learn_primaries())
     return err;
   return s;
@@ -238,6 +238,7 @@ caf::expected<void> redis_cluster_session_store::send(const std::vector<session_
       router_->drop(pt.to);
       return err;
     }
+    count(pt.to, {pt.ends.size(), 0, 0, 0});
   }
   batches_.push_back(std::move(b));
   return caf::unit;
@@ -249,6 +250,7 @@ caf::error redis_cluster_session_store::follow(const part& p, size_t i, const re
   auto r = first;
   // A slot in migration can answer ASK and then MOVED: a few hops at most.
   for (int hop = 0; hop < 5; ++hop) {
+    count(p.to, {0, 0, r.ask ? 0u : 1u, r.ask ? 1u : 0u});
     if (r.ask) {
       ++asked_;
     } else {
@@ -342,8 +344,10 @@ caf::expected<bool> redis_cluster_session_store::read_part(part& p, clock_type::
           if (!first_failure_)
             first_failure_ = err;
         }
-      } else if (!first_failure_) {
-        first_failure_ = r.error();
+      } else {
+        count(p.to, {0, 1, 0, 0});
+        if (!first_failure_)
+          first_failure_ = r.error();
       }
       ++p.read;
       continue;

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "ports/ports.hpp"
+#include "qsession/projection/metrics.hpp"
 #include "redis/cluster.hpp"
 
 namespace qsp::redis {
@@ -38,7 +39,9 @@ caf::error seed_cluster_copies(cluster_router& router, const core::identity& id,
 /// included, was read.
 class redis_cluster_session_store final : public session_store {
 public:
-  static caf::expected<std::unique_ptr<redis_cluster_session_store>> open(const settings& cfg);
+  /// `stats` (may be null) gets the per-primary counters.
+  static caf::expected<std::unique_ptr<redis_cluster_session_store>>
+  open(const settings& cfg, std::shared_ptr<metrics> stats = nullptr);
 
   caf::expected<void> apply(const std::vector<session_update>& updates) override;
   caf::expected<void> send(const std::vector<session_update>& updates) override;
@@ -54,7 +57,12 @@ public:
   uint64_t asked() const { return asked_; }
 
 private:
-  explicit redis_cluster_session_store(std::unique_ptr<cluster_router> r) : router_(std::move(r)) {}
+  redis_cluster_session_store(std::unique_ptr<cluster_router> r, std::shared_ptr<metrics> stats)
+    : router_(std::move(r)), stats_(std::move(stats)) {}
+  void count(const address& to, const metrics::shard_counters& add) {
+    if (stats_)
+      stats_->count_shard(to.to_string(), add);
+  }
   /// The commands of one batch for one primary, kept until their replies
   /// are read (a redirected one is resent from here).
   struct part {
@@ -81,6 +89,7 @@ private:
   std::string key_;  ///< scratch: a session set's key
   std::vector<primary_facts> facts_;
   uint64_t moved_ = 0, asked_ = 0;
+  std::shared_ptr<metrics> stats_;
 };
 
 } // namespace qsp::redis

@@ -288,6 +288,15 @@ std::set<std::string> exported_names(const std::string& metrics_text) {
                             "scrape_samples_post_metric_relabeling", "scrape_series_added"};
   std::istringstream in{metrics_text};
   for (std::string l; std::getline(in, l);) {
+    // A family the node declares (# TYPE) counts even without a sample now:
+    // the Redis Cluster mode per-primary counters have samples only in that
+    // mode.
+    if (l.rfind("# TYPE ", 0) == 0) {
+      auto name = l.substr(7, l.find(' ', 7) - 7);
+      if (name.rfind("qsp_redis_shard_", 0) == 0)
+        out.insert(name);
+      continue;
+    }
     if (l.empty() || l[0] == '#')
       continue;
     auto end = l.find_first_of("{ ");

@@ -6,6 +6,9 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
 
 namespace qsp {
 
@@ -30,6 +33,27 @@ struct metrics {
   std::atomic<uint64_t> latency_count{0};
   std::atomic<uint64_t> latency_sum_ns{0};
 
+  /// Redis Cluster mode, per primary ("host:port"): ZADDs written, error
+  /// replies to them, and redirections followed (MOVED, ASK).
+  struct shard_counters {
+    uint64_t writes = 0;
+    uint64_t errors = 0;
+    uint64_t moved = 0;
+    uint64_t asked = 0;
+  };
+  void count_shard(const std::string& primary, const shard_counters& add) {
+    std::lock_guard<std::mutex> guard{shard_mtx_};
+    auto& c = shards_[primary];
+    c.writes += add.writes;
+    c.errors += add.errors;
+    c.moved += add.moved;
+    c.asked += add.asked;
+  }
+  std::map<std::string, shard_counters> shard_snapshot() const {
+    std::lock_guard<std::mutex> guard{shard_mtx_};
+    return shards_;
+  }
+
   void observe_batch_latency(uint64_t ns) {
     double s = static_cast<double>(ns) / 1e9;
     size_t i = 0;
@@ -39,6 +63,10 @@ struct metrics {
     latency_count.fetch_add(1, std::memory_order_relaxed);
     latency_sum_ns.fetch_add(ns, std::memory_order_relaxed);
   }
+
+private:
+  mutable std::mutex shard_mtx_;
+  std::map<std::string, shard_counters> shards_;
 };
 
 } // namespace qsp
