@@ -846,3 +846,186 @@ TEST_F(rcluster, LostWriteFailoverReplaysFromTheShardsCopy) {
 TEST_F(rcluster, WithoutCopiesTheSameFailoverLosesEntries) {
   lost_write_failover(false);
 }
+
+namespace {
+
+/// Polls GET /readyz every 50 ms until it answers anything but 200 (or the
+/// node exits), for at most `limit`; the time it took, or -1.
+long long until_not_ready(test::node_process& run, uint16_t port, std::chrono::milliseconds limit,
+                          test::http_reply* seen = nullptr) {
+  auto t = clock_type::now();
+  while (clock_type::now() - t < limit) {
+    if (run.wait_for(0ms))
+      return ms_since(t);
+    auto r = test::http_get(port, "/readyz", 1s);
+    if (r.status != 200) {
+      if (seen != nullptr)
+        *seen = r;
+      return ms_since(t);
+    }
+    std::this_thread::sleep_for(50ms);
+  }
+  return -1;
+}
+
+} // namespace
+
+// kill -9 of a primary (pair 3's) while `run` projects a live load: the node
+// leaves ready while the shard is gone (asserted during the failover
+// window), is ready again after the replica's automatic promotion, and
+// once the load is over Redis equals the model.
+TEST_F(rcluster, KillNineOfAPrimaryUnderLoad) {
+  constexpr int users = 500;
+  constexpr uint64_t n = 12000;
+  const int p = primary_in(3), r = replica_in(3);
+  ASSERT_GT(p, 0);
+  ASSERT_NE(owner_of(ns_slot), p);
+  auto port = test::free_port();
+  auto log = dir + "/run.log";
+  test::node_process run{node("run", {"--http.listen=127.0.0.1:" + std::to_string(port)}), log};
+  ASSERT_TRUE(test::readyz_reaches(port, 200, 60s)) << slurp(log);
+  background_producer load{topic, 0, n, users, 1000};
+  ASSERT_TRUE(test::eventually([&] { return checkpoint() >= 1000; }, 30s)) << slurp(log);
+
+  auto t_kill = clock_type::now();
+  ASSERT_SVC("rc-kill " + std::to_string(p));
+  test::http_reply seen;
+  auto left = until_not_ready(run, port, 30s, &seen);
+  ASSERT_FALSE(run.exit_code()) << "the node exited during the failover:\n" << slurp(log);
+  ASSERT_GE(left, 0) << "still ready 30 s after node " << p << " was killed:\n" << slurp(log);
+  std::cout << "not ready " << ms_since(t_kill) << " ms after the kill: " << seen.status << " "
+            << seen.body << "\n";
+  ASSERT_TRUE(test::eventually([&] { return role(r) == "master"; }, 30s))
+    << "node " << r << " was not promoted";
+  std::cout << "node " << r << " promoted " << ms_since(t_kill) << " ms after the kill\n";
+  ASSERT_TRUE(test::readyz_reaches(port, 200, 60s)) << slurp(log);
+  std::cout << "ready again " << ms_since(t_kill) << " ms after the kill\n";
+
+  ASSERT_TRUE(load.wait(60s)) << load.error();
+  ASSERT_TRUE(checkpoint_reaches(n, 60s)) << "checkpoint " << checkpoint() << "\n" << slurp(log);
+  auto cmp = compare(model_of(0, n, users));
+  EXPECT_TRUE(cmp.equal()) << cmp.text();
+  std::cout << cmp.text() << "\n";
+  EXPECT_EQ(run.stop(), 0) << slurp(log);
+  auto text = slurp(log);
+  for (auto& l : lines_with(text, "dirty: "))
+    if (l.find("[warning]") != std::string::npos)
+      std::cout << "  " << l << "\n";
+  for (auto& l : lines_with(text, "partition 0: start "))
+    std::cout << "  " << l << "\n";
+  EXPECT_TRUE(lines_with(text, "] refused").empty()) << text;
+  ASSERT_SVC("rc-start " + std::to_string(p));
+}
+
+// Wrong mode, either way round: redis.cluster-nodes naming a standalone
+// Redis, and redis.host/port naming a Redis Cluster node, are configuration
+// errors (exit 2) naming the mode to use; nothing is written.
+TEST_F(rcluster, WrongModeEitherWayIsExitTwo) {
+  test::private_redis standalone{"rc-standalone", {}};
+  ASSERT_TRUE(standalone.wait_ready());
+  auto without = [](std::vector<std::string> args, std::vector<std::string> keys) {
+    args.erase(std::remove_if(args.begin(), args.end(),
+                              [&](const std::string& a) {
+                                for (auto& k : keys)
+                                  if (a.rfind("--" + k + "=", 0) == 0)
+                                    return true;
+                                return false;
+                              }),
+               args.end());
+    return args;
+  };
+  {
+    // A standalone server has no ACL user of ours: the default user.
+    auto args = without(node("catch-up"), {"redis.username", "redis.password-file"});
+    test::set_option(args, "redis.cluster-nodes",
+                     "[\"127.0.0.1:" + std::to_string(standalone.port) + "\"]");
+    auto r = run_node(args, "standalone-as-cluster", 60s);
+    EXPECT_EQ(r.rc, 2) << r.log;
+    auto named = lines_with(r.log, "Redis Cluster mode");
+    EXPECT_FALSE(named.empty()) << "no line names Redis Cluster mode:\n" << r.log;
+    for (auto& l : named)
+      std::cout << "  " << l << "\n";
+    auto c = test::redis_conn_at("127.0.0.1:" + std::to_string(standalone.port));
+    EXPECT_EQ(test::redis_cmd(*c, {"DBSIZE"}), "0");
+  }
+  {
+    auto p1 = addr(primary_in(1));
+    auto args = without(node("catch-up"), {"redis.cluster-nodes"});
+    test::set_option(args, "redis.host", p1.host);
+    test::set_option(args, "redis.port", std::to_string(p1.port));
+    auto r = run_node(args, "cluster-as-standalone", 60s);
+    EXPECT_EQ(r.rc, 2) << r.log;
+    auto named = lines_with(r.log, "redis.cluster-nodes");
+    EXPECT_FALSE(named.empty()) << "no line names redis.cluster-nodes:\n" << r.log;
+    for (auto& l : named)
+      std::cout << "  " << l << "\n";
+    EXPECT_EQ(delete_keys(ns + ":*"), 0) << "the namespace was written";
+    EXPECT_EQ(delete_keys("convs:*"), 0) << "session sets were written";
+  }
+  {
+    // Both at once: refused before anything connects.
+    auto args = node("catch-up", {"--redis.port=" + std::to_string(addr(1).port)});
+    auto r = run_node(args, "both", 60s);
+    EXPECT_EQ(r.rc, 2) << r.log;
+    EXPECT_FALSE(lines_with(r.log, "redis.cluster-nodes").empty()) << r.log;
+  }
+}
+
+// CLUSTERDOWN: two primaries SIGSTOPped past cluster-node-timeout (3 s) and
+// the command timeout (5 s) while `run` projects a live load (the third
+// primary, in a minority, answers CLUSTERDOWN; no replica can win an
+// election).  The node is not ready during the fault, is ready again by
+// itself once they continue, and nothing is lost.
+TEST_F(rcluster, ClusterDownRecoversByItself) {
+  constexpr int users = 500;
+  constexpr uint64_t n = 15000;
+  const int p2 = primary_in(2), p3 = primary_in(3);
+  ASSERT_GT(p2, 0);
+  ASSERT_GT(p3, 0);
+  auto port = test::free_port();
+  auto log = dir + "/run.log";
+  test::node_process run{node("run", {"--http.listen=127.0.0.1:" + std::to_string(port)}), log};
+  ASSERT_TRUE(test::readyz_reaches(port, 200, 60s)) << slurp(log);
+  background_producer load{topic, 0, n, users, 1000};
+  ASSERT_TRUE(test::eventually([&] { return checkpoint() >= 1000; }, 30s)) << slurp(log);
+
+  const auto pause = 10s;
+  long long left = -1;
+  std::string p1_state;
+  test::http_reply seen;
+  auto t_stop = clock_type::now();
+  {
+    test::pause_guard g2{pid_of(p2)}, g3{pid_of(p3)};
+    ASSERT_TRUE(g2.paused() && g3.paused());
+    left = until_not_ready(run, port, pause, &seen);
+    test::eventually([&] { return clock_type::now() - t_stop >= pause; }, pause + 1s);
+    p1_state = cluster_state(primary_in(1));
+    ASSERT_FALSE(run.exit_code()) << "the node exited during the fault:\n" << slurp(log);
+  }
+  auto t_cont = clock_type::now();
+  std::cout << "node " << primary_in(1) << " said cluster_state:" << p1_state << " at the end of the "
+            << "pause\n";
+  ASSERT_GE(left, 0) << "still ready during the whole " << pause.count() << " s pause:\n"
+                     << slurp(log);
+  std::cout << "not ready " << left << " ms into the pause: " << seen.status << " " << seen.body
+            << "\n";
+  EXPECT_EQ(p1_state, "fail");
+  ASSERT_TRUE(test::readyz_reaches(port, 200, 60s)) << slurp(log);
+  std::cout << "ready again " << ms_since(t_cont) << " ms after SIGCONT\n";
+  EXPECT_EQ(role(p2), "master");
+  EXPECT_EQ(role(p3), "master");
+
+  ASSERT_TRUE(load.wait(60s)) << load.error();
+  ASSERT_TRUE(checkpoint_reaches(n, 60s)) << "checkpoint " << checkpoint() << "\n" << slurp(log);
+  auto cmp = compare(model_of(0, n, users));
+  EXPECT_TRUE(cmp.equal()) << cmp.text();
+  std::cout << cmp.text() << "\n";
+  EXPECT_EQ(run.stop(), 0) << slurp(log);
+  auto text = slurp(log);
+  for (auto& l : lines_with(text, "dirty: "))
+    if (l.find("[warning]") != std::string::npos)
+      std::cout << "  " << l << "\n";
+  for (auto& l : lines_with(text, "partition 0: start "))
+    std::cout << "  " << l << "\n";
+  EXPECT_TRUE(lines_with(text, "] refused").empty()) << text;
+}
