@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <vector>
 
 #include "actors/projection.hpp"
 #include "adapters/real_ports.hpp"
@@ -67,28 +68,44 @@ caf::expected<projection_actor> spawn_projection(caf::actor_system& sys,
                                                  spawn_options opts) {
   if (auto err = settings.validate())
     return err;
-  // The Redis the prefix is written on: host:port, or the primary a set of
-  // Sentinels names.
+  // The Redis the prefix is written on: host:port, the primary a set of
+  // Sentinels names, or (Redis Cluster mode) each seed node: two
+  // projections sharing any seed write the same cluster.
   auto& rs = settings.redis;
-  std::string redis_at = rs.host + ":" + std::to_string(rs.port);
-  if (!rs.sentinels.empty()) {
+  std::vector<std::string> redis_at;
+  if (!rs.cluster_nodes.empty()) {
+    for (auto& s : rs.cluster_nodes)
+      redis_at.push_back("the Redis Cluster of node " + s);
+  } else if (!rs.sentinels.empty()) {
     auto sentinels = rs.sentinels;
     std::sort(sentinels.begin(), sentinels.end());
-    redis_at = "primary '" + rs.master_name + "' of Sentinels";
+    std::string at = "primary '" + rs.master_name + "' of Sentinels";
     for (auto& s : sentinels)
-      redis_at += " " + s;
+      at += " " + s;
+    redis_at.push_back(at);
+  } else {
+    redis_at.push_back(rs.host + ":" + std::to_string(rs.port));
   }
-  prefix_claims::key k{redis_at, 0, settings.convs_prefix};
-  if (settings.allow_shared_convs_prefix) {
-    claims().force(k, settings.ns);
-  } else if (auto other = claims().claim(k, settings.ns); !other.empty()) {
-    return caf::make_error(
-      ec::invalid_config,
-      "projection.convs-prefix: \"" + settings.convs_prefix + "\" on " + redis_at
-        + " is already written by the projection of namespace " + other
-        + " in this process; namespace " + settings.ns
-        + " would merge its users' session sets with it (give each tenant its own convs-prefix, "
-          "or set projection.allow-shared-convs-prefix)");
+  std::vector<prefix_claims::key> keys;
+  for (auto& at : redis_at)
+    keys.emplace_back(at, 0, settings.convs_prefix);
+  auto release_all = [keys, ns = settings.ns](size_t n) {
+    for (size_t i = 0; i < n; ++i)
+      claims().release(keys[i], ns);
+  };
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (settings.allow_shared_convs_prefix) {
+      claims().force(keys[i], settings.ns);
+    } else if (auto other = claims().claim(keys[i], settings.ns); !other.empty()) {
+      release_all(i);
+      return caf::make_error(
+        ec::invalid_config,
+        "projection.convs-prefix: \"" + settings.convs_prefix + "\" on " + redis_at[i]
+          + " is already written by the projection of namespace " + other
+          + " in this process; namespace " + settings.ns
+          + " would merge its users' session sets with it (give each tenant its own "
+            "convs-prefix, or set projection.allow-shared-convs-prefix)");
+    }
   }
   auto stats = opts.stats ? opts.stats : std::make_shared<metrics>();
   auto logs = std::make_shared<const projection_log>(
@@ -100,7 +117,7 @@ caf::expected<projection_actor> spawn_projection(caf::actor_system& sys,
   projection_options popts;
   popts.logs = logs;
   popts.io = io;
-  popts.on_end = [k, ns = settings.ns] { claims().release(k, ns); };
+  popts.on_end = [release_all, n = keys.size()] { release_all(n); };
   real_ports_options ropts;
   ropts.stats = stats;
   ropts.logs = logs;
@@ -110,7 +127,7 @@ caf::expected<projection_actor> spawn_projection(caf::actor_system& sys,
                                std::make_shared<core::json_decoder>(), std::move(stats),
                                std::move(popts));
   if (!proj)
-    claims().release(k, settings.ns);
+    release_all(keys.size());
   return proj;
 }
 

@@ -156,6 +156,29 @@ TEST_P(EmbedHost, TheSameConvsPrefixInTwoNamespacesIsRefusedUnlessAllowed) {
   auto allowed = test::run_program(bin(), args);
   EXPECT_EQ(allowed.rc, 0) << allowed.out << allowed.err;
   EXPECT_EQ(lines_with(allowed.out, "ready ").size(), 2u) << allowed.out;
+
+  // Redis Cluster mode: the claim is on the cluster, named by its seed
+  // nodes; sharing any one seed is sharing the cluster.  (Nothing needs to
+  // answer at those seeds: the refusal comes at spawn.)
+  auto cluster_tenant = [&](const std::string& t, const std::string& topic, const std::string& ns,
+                            const std::string& seeds) {
+    std::vector<std::string> out;
+    for (auto& a : tenant_args(t, topic, 1, ns, shared))
+      if (a.find(".redis.") == std::string::npos)
+        out.push_back(a);
+    out.push_back("--" + t + ".redis.cluster-nodes=[" + seeds + "]");
+    return out;
+  };
+  auto in_cluster = concat(
+    concat({"--host.mode=serve"},
+           cluster_tenant("tenant-a", ta, "{" + na + "}", "\"127.0.0.1:1\",\"127.0.0.1:2\"")),
+    cluster_tenant("tenant-b", tb, "{" + nb + "}", "\"127.0.0.1:2\""));
+  auto c = test::run_program(bin(), in_cluster);
+  EXPECT_EQ(c.rc, 2) << c.out << c.err;
+  auto refused_c = lines_with(c.out, "spawn-refused tenant=tenant-b");
+  ASSERT_EQ(refused_c.size(), 1u) << c.out << c.err;
+  EXPECT_NE(refused_c[0].find("the Redis Cluster of node 127.0.0.1:2"), std::string::npos)
+    << refused_c[0];
   delete_topic(ta);
   delete_topic(tb);
 }
