@@ -28,41 +28,64 @@ bool gone(const caf::error& err) {
 
 address address_of(const cluster_node& n) { return address{n.host, n.port}; }
 
-/// Writes shard `sh`'s copy of `positions` (HSET, on a lane of its own).
-/// `redirected`: the copy key's slot is elsewhere now (MOVED/ASK).
+/// Writes every listed primary's copy of `positions` (HSET, on a lane of
+/// their own): all sent first, then every reply read (one round trip).
+/// `redirected`: a copy key's slot is elsewhere now (MOVED/ASK).
 struct put_result {
   caf::error err;
   bool redirected = false;
 };
-put_result put_copy(cluster_router& router, const primary_facts& f, const shard& sh,
-                    const core::identity& id,
-                    const std::map<int32_t, std::pair<int64_t, int32_t>>& positions) {
-  auto tag = tag_for_shard(sh);
-  if (tag.empty())
-    return {}; // a primary without slots holds no data of ours
-  shard_copy copy;
-  copy.shard_node = f.node_id;
-  copy.shard_replid = f.replid;
-  copy.slots = sh.slots;
-  for (auto& [k, v] : core::encode_meta(id))
-    copy.identity.emplace(k, v);
-  copy.positions = positions;
-  std::vector<std::string> argv{"HSET", copy_key(tag, router.config().ns, id.topic)};
-  for (auto& [k, v] : encode_copy_fields(copy)) {
-    argv.push_back(k);
-    argv.push_back(v);
+put_result put_copies(cluster_router& router, const std::vector<primary_facts>& facts,
+                      const core::identity& id,
+                      const std::map<int32_t, std::pair<int64_t, int32_t>>& positions) {
+  std::vector<std::pair<connection*, address>> sent;
+  for (auto& f : facts) {
+    auto s = router.map().shard_by_node(f.node_id);
+    if (s < 0)
+      return {caf::make_error(ec::redis_unavailable, "redis cluster: primary " + f.address
+                                                       + " is no longer in the slot map"),
+              true};
+    auto& sh = router.map().shards()[static_cast<size_t>(s)];
+    auto tag = tag_for_shard(sh);
+    if (tag.empty())
+      continue; // a primary without slots holds no data of ours
+    shard_copy copy;
+    copy.shard_node = f.node_id;
+    copy.shard_replid = f.replid;
+    copy.slots = sh.slots;
+    for (auto& [k, v] : core::encode_meta(id))
+      copy.identity.emplace(k, v);
+    copy.positions = positions;
+    auto key = copy_key(tag, router.config().ns, id.topic);
+    auto fields = encode_copy_fields(copy);
+    std::vector<std::string_view> argv{"HSET", key};
+    for (auto& [k, v] : fields) {
+      argv.push_back(k);
+      argv.push_back(v);
+    }
+    auto to = address_of(sh.primary);
+    auto c = router.at(to, 1);
+    if (!c)
+      return {c.error()};
+    (*c)->append(argv);
+    if (auto err = (*c)->flush()) {
+      router.drop(to);
+      return {err};
+    }
+    sent.emplace_back(*c, to);
   }
-  auto c = router.at(address_of(sh.primary), 1);
-  if (!c)
-    return {c.error()};
-  auto r = (*c)->command(argv);
-  if (r)
-    return {};
-  if (gone(r.error())) {
-    router.drop(address_of(sh.primary));
-    return {r.error()};
+  put_result out;
+  for (auto& [c, to] : sent) {
+    // Every reply is read, so that each connection stays in step.
+    auto r = c->read_reply("HSET");
+    if (r || out.err)
+      continue;
+    if (gone(r.error()))
+      router.drop(to);
+    out.redirected = parse_redirection(reply_text(r.error(), *c)).has_value();
+    out.err = r.error();
   }
-  return {r.error(), parse_redirection(reply_text(r.error(), **c)).has_value()};
+  return out;
 }
 
 } // namespace
@@ -125,9 +148,8 @@ caf::error seed_cluster_copies(cluster_router& router, const core::identity& id,
   auto facts = router.facts();
   if (!facts)
     return facts.error();
-  for (size_t i = 0; i < facts->size(); ++i)
-    if (auto put = put_copy(router, (*facts)[i], router.map().shards()[i], id, positions); put.err)
-      return put.err;
+  if (auto put = put_copies(router, *facts, id, positions); put.err)
+    return put.err;
   // Every replica must hold its shard's copy (and so everything below it)
   // before the copies are trusted: a failover to a replica without one
   // would otherwise look like a shard that never had one.
@@ -442,19 +464,10 @@ caf::expected<void> redis_cluster_session_store::write_copies(
   if (positions.empty())
     return caf::unit;
   for (int attempt = 0; attempt < 2; ++attempt) {
-    bool redirected = false;
-    for (size_t i = 0; i < facts_.size() && !redirected; ++i) {
-      auto s = router_->map().shard_by_node(facts_[i].node_id);
-      if (s < 0) {
-        redirected = true; // the map changed under the facts
-        break;
-      }
-      auto put = put_copy(*router_, facts_[i], router_->map().shards()[static_cast<size_t>(s)], id,
-                          positions);
-      if (put.err && !put.redirected)
-        return put.err;
-      redirected = put.redirected;
-    }
+    auto put = put_copies(*router_, facts_, id, positions);
+    if (put.err && !put.redirected)
+      return put.err;
+    bool redirected = put.redirected;
     if (!redirected)
       return caf::unit;
     // A copy key's slot (or a primary) moved: the new map, the new
