@@ -598,6 +598,9 @@ struct rcluster : ::testing::Test {
   std::string topic;
   std::string dir;
   clock_type::time_point t0;
+  /// scripts/services commands TearDown runs, last first (a slot move's
+  /// reverse), whether the test passed or not.
+  std::vector<std::string> undo;
 
   void SetUp() override {
     REQUIRE_RCLUSTER_SET();
@@ -626,7 +629,11 @@ struct rcluster : ::testing::Test {
   void TearDown() override {
     if (rc_env(nullptr) == nullptr)
       return;
-    // Whatever the test did: the next one finds a healthy set.
+    // Whatever the test did: the next one finds a healthy set (and the
+    // slot layout the test changed undone, last change first).
+    for (auto i = undo.rbegin(); i != undo.rend(); ++i)
+      if (auto r = svc(*i); r.rc != 0)
+        ADD_FAILURE() << "undo: scripts/services " << *i << ":\n" << r.out;
     auto why = ensure_healthy();
     EXPECT_EQ(why, "") << "the test left the Redis Cluster set unhealthy";
     if (auto admin = kafka::admin::make(kafka_cfg()); admin && !topic.empty())
@@ -1028,4 +1035,124 @@ TEST_F(rcluster, ClusterDownRecoversByItself) {
   for (auto& l : lines_with(text, "partition 0: start "))
     std::cout << "  " << l << "\n";
   EXPECT_TRUE(lines_with(text, "] refused").empty()) << text;
+}
+
+namespace {
+
+/// The node still runs; otherwise a failure with its exit code and the
+/// lines that say why.
+::testing::AssertionResult still_running(test::node_process& run, const std::string& log,
+                                         const std::string& when) {
+  auto rc = run.wait_for(0ms);
+  if (!rc)
+    return ::testing::AssertionSuccess();
+  auto text = slurp(log);
+  std::string why;
+  for (auto& l : lines_with(text, "] refused"))
+    why += "\n  " + l;
+  for (auto& l : lines_with(text, "dirty: "))
+    if (l.find("[warning]") != std::string::npos)
+      why += "\n  " + l;
+  return ::testing::AssertionFailure() << "the node exited with " << *rc << " " << when << ":"
+                                       << why;
+}
+
+/// The sum of every sample of metric `name` at GET /metrics (-1: no answer).
+long long metric_sum(uint16_t port, const std::string& name) {
+  auto r = test::http_get(port, "/metrics", 5s);
+  if (r.status != 200)
+    return -1;
+  long long sum = 0;
+  std::istringstream in{r.body};
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(name + "{", 0) == 0 || line.rfind(name + " ", 0) == 0)
+      sum += std::stoll(line.substr(line.rfind(' ') + 1));
+  return sum;
+}
+
+} // namespace
+
+// Resharding while `run` projects a live load: 200 slots (busy users'
+// session sets among them) move from pair 1's primary to pair 2's, then the
+// namespace's slot (checkpoints, meta) to pair 3's, then the slot of the
+// copy key pair 3's primary holds to pair 1's.  MOVED and ASK are followed,
+// the node never refuses or exits, nothing is lost; a restart afterwards
+// (catch-up) starts without a refusal.
+TEST_F(rcluster, ReshardingUnderLoad) {
+  constexpr int users = 2000;
+  constexpr uint64_t n = 20000;
+  const int p1 = primary_in(1), p2 = primary_in(2), p3 = primary_in(3);
+  ASSERT_TRUE(p1 > 0 && p2 > 0 && p3 > 0);
+  const auto P1 = std::to_string(p1), P2 = std::to_string(p2), P3 = std::to_string(p3);
+  const auto m = model_of(0, n, users);
+  auto port = test::free_port();
+  auto log = dir + "/run.log";
+  test::node_process run{node("run", {"--http.listen=127.0.0.1:" + std::to_string(port)}), log};
+  ASSERT_TRUE(test::readyz_reaches(port, 200, 60s)) << slurp(log);
+  background_producer load{topic, 0, n, users, 1000};
+  ASSERT_TRUE(test::eventually([&] { return checkpoint() >= 1000; }, 30s)) << slurp(log);
+  auto t = clock_type::now();
+
+  auto moved = svc("rc-move-slots " + P1 + " " + P2 + " 200");
+  ASSERT_EQ(moved.rc, 0) << moved.out;
+  undo.push_back("rc-move-slots " + P2 + " " + P1 + " 200");  // the lowest 200: these
+  auto text = moved.last();
+  std::replace(text.begin(), text.end(), ' ', ',');
+  auto ranges = redis::parse_ranges(text);
+  ASSERT_TRUE(ranges) << moved.last();
+  size_t busy = 0;
+  for (auto& [user, entries] : m)
+    busy += redis::contains(*ranges, redis::key_slot(convs + user)) ? 1 : 0;
+  std::cout << "moved " << moved.last() << ": " << busy << " of the load's users live there\n";
+  ASSERT_GT(busy, 0u) << "no user of the load in the moved slots: the test proves nothing";
+  std::this_thread::sleep_for(2s);  // writes to the moved slots, and a checkpoint
+  ASSERT_TRUE(still_running(run, log, "after 200 slots moved from node " + P1 + " to node " + P2));
+
+  ASSERT_SVC("rc-move-slot " + std::to_string(ns_slot) + " " + P3);
+  ASSERT_EQ(owner_of(ns_slot), p3);
+  std::this_thread::sleep_for(2s);
+  ASSERT_TRUE(still_running(run, log, "after the namespace's slot moved to node " + P3));
+
+  // The copy key pair 3's primary holds now (the node rewrites it at every
+  // checkpoint): its slot moves away, and the shard's copy key with it.
+  const auto ck = copy_key_of(p3);
+  ASSERT_TRUE(test::eventually([&] { return node_cmd(p3, {"EXISTS", ck}) == "1"; }, 20s)) << ck;
+  const auto ck_slot = std::to_string(redis::key_slot(ck));
+  ASSERT_SVC("rc-move-slot " + ck_slot + " " + P1);
+  undo.push_back("rc-move-slot " + ck_slot + " " + P3);
+  EXPECT_EQ(node_cmd(p1, {"EXISTS", ck}), "1") << ck << " did not move with its slot";
+  std::cout << "resharding done in " << ms_since(t) << " ms; load sent " << load.sent() << "\n";
+  std::this_thread::sleep_for(2s);
+  ASSERT_TRUE(still_running(run, log, "after the slot of " + ck + " moved to node " + P1));
+
+  ASSERT_TRUE(load.wait(60s)) << load.error();
+  ASSERT_TRUE(checkpoint_reaches(n, 60s)) << "checkpoint " << checkpoint() << "\n" << slurp(log);
+  auto cmp = compare(m);
+  EXPECT_TRUE(cmp.equal()) << cmp.text();
+  std::cout << cmp.text() << "\n";
+  auto moved_n = metric_sum(port, "qsp_redis_shard_moved_total");
+  auto ask_n = metric_sum(port, "qsp_redis_shard_ask_total");
+  std::cout << "redirections followed: MOVED " << moved_n << ", ASK " << ask_n << "\n";
+  EXPECT_GT(moved_n + ask_n, 0) << "no redirection followed: the resharding missed the load";
+  // The new copy key of pair 3's shard is written (its lowest slot changed).
+  const auto ck_now = copy_key_of(p3);
+  EXPECT_NE(ck_now, ck);
+  EXPECT_EQ(node_cmd(p3, {"EXISTS", ck_now}), "1") << ck_now;
+  EXPECT_EQ(run.stop(), 0) << slurp(log);
+  auto run_log = slurp(log);
+  for (auto& l : lines_with(run_log, "dirty: "))
+    if (l.find("[warning]") != std::string::npos)
+      std::cout << "  " << l << "\n";
+  EXPECT_TRUE(lines_with(run_log, "] refused").empty()) << run_log;
+
+  // A restart after the resharding.
+  auto again = catch_up("after-resharding");
+  EXPECT_EQ(again.rc, 0) << again.log;
+  EXPECT_TRUE(lines_with(again.log, "] refused").empty()) << again.log;
+  for (auto& l : lines_with(again.log, "partition 0: start "))
+    std::cout << "  " << l << "\n";
+  EXPECT_EQ(checkpoint(), static_cast<int64_t>(n));
+  auto cmp2 = compare(m);
+  EXPECT_TRUE(cmp2.equal()) << cmp2.text();
 }
