@@ -1,6 +1,7 @@
 #include "tests/support/fakes.hpp"
 
 #include "core/cluster.hpp"
+#include "core/dispatch.hpp"
 
 #include <algorithm>
 #include <stdexcept>
@@ -608,8 +609,12 @@ caf::expected<void> fake_session_store::apply(const std::vector<session_update>&
 // are read (and may be lost) later, oldest first.
 caf::expected<void> fake_session_store::send(const std::vector<session_update>& updates) {
   lock g{w_->mtx};
-  unconfirmed u{updates.size(), false};
-  if (!updates.empty() && w_->reply_error_fault.fire()) {
+  unconfirmed u{updates.size(), false, {}, 0};
+  if (!updates.empty() && w_->moved_fault.fire()) {
+    // The slot moved: nothing is applied until the resend (at confirm).
+    u.held = copy_updates(updates);
+    u.not_yet = w_->moved_not_yet;
+  } else if (!updates.empty() && w_->reply_error_fault.fire()) {
     // The first ZADD gets an error reply (e.g. WRONGTYPE, OOM) and does
     // nothing; the rest apply, and the connection stays up.
     u.error_reply = true;
@@ -642,8 +647,19 @@ caf::expected<bool> fake_session_store::confirm(size_t n, std::chrono::milliseco
     ++w_->calls.not_yet;
     return false;
   }
+  if (unconfirmed_.front().not_yet > 0) {
+    // Waiting for the replies of the commands resent after the MOVED.
+    --unconfirmed_.front().not_yet;
+    ++w_->calls.not_yet;
+    return false;
+  }
   auto u = unconfirmed_.front();
   unconfirmed_.pop_front();
+  for (auto& h : u.held)
+    for (auto& [conv, score] : h.members) {
+      auto& cur = w_->sessions[h.user][conv];
+      cur = std::max(cur, score);
+    }
   if (w_->confirm_fault.fire())
     return failure(w_->confirm_fault, ec::redis_unavailable, "reading pipelined ZADD replies");
   if (u.error_reply)
@@ -957,6 +973,71 @@ std::shared_ptr<fake_world> make_world(int32_t partition_count) {
 
 std::shared_ptr<fake_port_factory> make_fake_ports(std::shared_ptr<fake_world> w) {
   return std::make_shared<fake_port_factory>(std::move(w));
+}
+
+} // namespace qsp::test
+
+namespace qsp::test {
+
+void fake_world::record_copy(const std::map<int32_t, std::pair<int64_t, int32_t>>& positions,
+                             bool seed) {
+  copy_write w;
+  w.positions = positions;
+  w.seed = seed;
+  for (auto& [p, at] : positions) {
+    if (p < 0 || p >= partition_count())
+      continue;
+    for (auto& e : part(p).log) {
+      if (e.offset >= at.first || e.offset < part(p).low || e.kind != entry_kind::data)
+        continue;
+      core::dispatch d;
+      std::string why;
+      if (!core::json_decoder{}.decode(e.value, d, why))
+        continue;
+      for (auto& u : d.recipients) {
+        auto sc = score(u, d.conversation_id);
+        if (!sc || *sc < d.created_at)
+          w.unapplied.push_back("partition " + std::to_string(p) + " offset "
+                                + std::to_string(e.offset) + " user " + u);
+      }
+    }
+  }
+  copy_writes.push_back(std::move(w));
+  for (auto& sh : cluster.shards)
+    if (sh.copy == "valid" || seed) {
+      sh.copy = "valid";
+      for (auto& [p, at] : positions)
+        sh.positions[p] = at;
+    }
+}
+
+caf::expected<core::redis_cluster_state> fake_checkpoint_store::cluster_state(const std::string&) {
+  lock g{w_->mtx};
+  auto st = w_->cluster;
+  if (!st.shards.empty()) {
+    auto m = w_->hashes.find(w_->meta_key());
+    st.copies_marked = m != w_->hashes.end() && m->second.count(core::copies_field) != 0;
+  }
+  return st;
+}
+
+caf::expected<void> fake_checkpoint_store::seed_copies(
+  const core::identity&, const std::map<int32_t, std::pair<int64_t, int32_t>>& positions) {
+  lock g{w_->mtx};
+  if (w_->cluster.shards.empty())
+    return caf::unit;
+  w_->record_copy(positions, true);
+  w_->hashes[w_->meta_key()][core::copies_field] = "1";
+  return caf::unit;
+}
+
+caf::expected<void> fake_session_store::write_copies(
+  const core::identity&, const std::map<int32_t, std::pair<int64_t, int32_t>>& positions) {
+  lock g{w_->mtx};
+  if (w_->cluster.shards.empty())
+    return caf::unit;
+  w_->record_copy(positions, false);
+  return caf::unit;
 }
 
 } // namespace qsp::test

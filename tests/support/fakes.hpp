@@ -226,6 +226,28 @@ struct fake_world {
   fault reply_error_fault;
   fault sessions_fault;  ///< session_store::sessions
 
+  // -- Redis Cluster mode (DESIGN.md §15) ----------------------------------------
+
+  /// Non-empty shards: the stores are in Redis Cluster mode.  cluster_state()
+  /// answers this (copies_marked from meta's core::copies_field); every
+  /// copy write sets the positions of every shard whose copy is "valid".
+  core::redis_cluster_state cluster;
+  /// A MOVED in the middle of a batch: the next send's ZADDs are not applied
+  /// at once (the slot moved); its confirm answers "not yet" `moved_not_yet`
+  /// times, then the resent commands are applied and their replies read.
+  fault moved_fault;
+  int64_t moved_not_yet = 2;
+  /// Each write_copies / seed_copies call: the positions, and every entry
+  /// of the copied partitions below its position whose ZADD was not yet
+  /// applied when the copy was written (must stay empty: a copy is written
+  /// only after every reply below it was read).
+  struct copy_write {
+    std::map<int32_t, std::pair<int64_t, int32_t>> positions;
+    std::vector<std::string> unapplied;
+    bool seed = false;
+  };
+  std::vector<copy_write> copy_writes;
+
   // -- factory -----------------------------------------------------------------
 
   fault make_inspector_fault;         ///< ec::kafka_unavailable
@@ -328,6 +350,9 @@ struct fake_world {
   std::vector<std::weak_ptr<class fake_partition_reader>> readers;
   /// Fires the data callback of every live reader of `p` (under the lock).
   void wake(int32_t p);
+  /// Records a copy write (see copy_writes) and, in Redis Cluster mode,
+  /// sets the positions of every valid copy.
+  void record_copy(const std::map<int32_t, std::pair<int64_t, int32_t>>& positions, bool seed);
 
 private:
   void maybe_change_identity();
@@ -367,6 +392,10 @@ public:
   caf::expected<uint64_t> claim(const std::string& topic, int32_t partition,
                                 const std::string& node, int64_t now_ms,
                                 uint64_t mine = 0) override;
+  caf::expected<core::redis_cluster_state> cluster_state(const std::string& topic) override;
+  caf::expected<void>
+  seed_copies(const core::identity& id,
+              const std::map<int32_t, std::pair<int64_t, int32_t>>& positions) override;
 
 private:
   std::shared_ptr<fake_world> w_;
@@ -379,12 +408,19 @@ public:
   caf::expected<void> send(const std::vector<session_update>& updates) override;
   caf::expected<bool> confirm(size_t n, std::chrono::milliseconds wait) override;
   caf::expected<session_list> sessions(const std::string& user, size_t limit) override;
+  caf::expected<void>
+  write_copies(const core::identity& id,
+               const std::map<int32_t, std::pair<int64_t, int32_t>>& positions) override;
 
 private:
   std::shared_ptr<fake_world> w_;
   struct unconfirmed {
     size_t zadds = 0;
     bool error_reply = false;  ///< one of its replies is an error
+    /// moved_fault: not applied yet (the resend applies them), and how many
+    /// more confirms answer "not yet".
+    std::vector<applied_update> held;
+    int64_t not_yet = 0;
   };
   std::deque<unconfirmed> unconfirmed_; ///< sends not confirmed yet, oldest first
 };

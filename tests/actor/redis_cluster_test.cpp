@@ -1,0 +1,148 @@
+// Redis Cluster mode (DESIGN.md §15) on the fakes: every primary's copy of
+// the positions, the start from the lowest of the checkpoint and the copies,
+// the replay below a stored checkpoint, and a redirection in the middle of a
+// batch.  The fakes record every copy write with the entries below it whose
+// ZADDs were not applied yet (fake_world::copy_writes).
+#define CAF_SUITE redis_cluster
+
+#include "tests/actor/fixture.hpp"
+
+using namespace qsp;
+using namespace qsp::test;
+
+namespace {
+
+struct fixture : projection_fixture {
+  /// Three primaries; their copies as `copy` says ("valid" with positions,
+  /// "absent", ...).
+  void three_shards(const std::vector<std::pair<std::string, int64_t>>& copies) {
+    world->cluster.shards.clear();
+    settings.redis.cluster_nodes = {"10.0.0.1:6379"};
+    settings.ns = "{session_projection}";
+    world->ns = settings.ns;
+    int i = 0;
+    for (auto& [verdict, at] : copies) {
+      core::shard_report s;
+      s.node_id = "node-" + std::to_string(i);
+      s.address = "10.0.0." + std::to_string(i + 1) + ":6379";
+      s.slots = std::to_string(i * 5461) + "-" + std::to_string(i == 2 ? 16383 : i * 5461 + 5460);
+      s.replicas = 1;
+      s.version = "7.0.15";
+      s.maxmemory_policy = "noeviction";
+      s.cluster_state = "ok";
+      s.replid = s.copy_replid = std::string(40, static_cast<char>('a' + i));
+      s.replid2 = std::string(40, '0');
+      s.copy = verdict;
+      if (verdict == "valid" && at >= 0)
+        s.positions[0] = {at, 0};
+      world->cluster.shards.push_back(s);
+      ++i;
+    }
+  }
+  void mark_copies() { world->hashes[world->meta_key()][core::copies_field] = "1"; }
+  std::vector<int64_t> assigned_at(int32_t p) {
+    std::vector<int64_t> out;
+    for (auto& e : world->events)
+      if (e.what == fake_event::kind::assigned && e.partition == p)
+        out.push_back(e.offset);
+    return out;
+  }
+  void check_every_copy_followed_its_replies() {
+    for (auto& w : world->copy_writes)
+      for (auto& u : w.unapplied)
+        CAF_FAIL("a copy was written before the ZADD of " << u << " was applied");
+  }
+};
+
+} // namespace
+
+CAF_TEST_FIXTURE_SCOPE(redis_cluster_tests, fixture)
+
+CAF_TEST(the first start seeds the copies and every checkpoint round writes them first) {
+  fill(0, 30);
+  three_shards({{"absent", -1}, {"absent", -1}, {"absent", -1}});
+  settings.max_batch_records = 5;
+  h0 = world->lsos();
+  start();
+  CAF_REQUIRE(drive_to("ready"));
+  CAF_REQUIRE(!world->copy_writes.empty());
+  CAF_CHECK(world->copy_writes.front().seed);
+  CAF_CHECK_EQUAL(world->hashes[world->meta_key()][core::copies_field], "1");
+  check_every_copy_followed_its_replies();
+  // The last copy is at the checkpoint, on every primary.
+  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{30});
+  for (auto& sh : world->cluster.shards)
+    CAF_CHECK(sh.positions[0].first == 30);
+  CAF_CHECK(world->sessions == expected_sessions());
+}
+
+CAF_TEST(a redirection in the middle of a batch holds the copy back until the resent reply) {
+  fill(0, 40);
+  three_shards({{"valid", -1}, {"valid", -1}, {"valid", -1}});
+  settings.max_batch_records = 5;
+  settings.max_batches_in_flight = 2;
+  // The third batch's slot moved: its ZADDs land only with the resend.
+  world->moved_fault.arm(1, 2);
+  world->moved_not_yet = 3;
+  h0 = world->lsos();
+  start();
+  CAF_REQUIRE(drive_to("ready"));
+  CAF_CHECK(world->calls.not_yet >= 3);
+  CAF_CHECK(world->copy_writes.size() >= 2);
+  check_every_copy_followed_its_replies();
+  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{40});
+  CAF_CHECK(world->sessions == expected_sessions());
+}
+
+CAF_TEST(the start is the lowest of the checkpoint and every primary copy) {
+  // A previous run projected 40 records; the second primary failed over to
+  // a replica that holds its copy at 25 and lost its writes above it.
+  fill(0, 60);
+  three_shards({{"valid", 40}, {"valid", 25}, {"valid", 40}});
+  seed_checkpoints({{0, 40}});
+  mark_copies();
+  // Redis holds what the surviving copies vouch for: records below 25 (the
+  // entries 25..39 went with the failed-over primary's lost writes).
+  floor[0] = 0;
+  for (int64_t off = 0; off < 25; ++off)
+    for (auto& u : {"u" + std::to_string(off % 5), "u" + std::to_string((off + 1) % 5)})
+      world->sessions[u]["p0-c" + std::to_string(off)] = 1000 + off;
+  std::vector<int64_t> written;
+  world->before_checkpoint_write = [&](int32_t, int64_t next) { written.push_back(next); };
+  settings.max_batch_records = 5;
+  h0 = world->lsos();
+  start();
+  CAF_REQUIRE(drive_to("ready"));
+  // The consumer started at the copy, not at the checkpoint ...
+  auto at = assigned_at(0);
+  CAF_REQUIRE(!at.empty());
+  CAF_CHECK_EQUAL(at.front(), 25);
+  // ... replayed 25..40 without writing the checkpoint (it never moves
+  // backwards), then moved it on.
+  CAF_REQUIRE(!written.empty());
+  for (auto next : written)
+    CAF_CHECK_GREATER(next, 40);
+  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{60});
+  // The copies were rewritten as the replay passed them.
+  bool copied_below = false;
+  for (auto& w : world->copy_writes)
+    copied_below = copied_below || (w.positions.count(0) != 0 && w.positions.at(0).first <= 40);
+  CAF_CHECK(copied_below);
+  check_every_copy_followed_its_replies();
+  CAF_CHECK(world->sessions == expected_sessions());
+}
+
+CAF_TEST(a primary without a copy once the copies are established refuses naming it) {
+  fill(0, 20);
+  three_shards({{"valid", 20}, {"foreign", -1}, {"valid", 20}});
+  seed_checkpoints({{0, 20}});
+  mark_copies();
+  h0 = world->lsos();
+  start();
+  CAF_REQUIRE(drive_to("refused"));
+  CAF_CHECK(last_error().find("10.0.0.2:6379") != std::string::npos);
+  CAF_CHECK(last_error().find("holds no copy") != std::string::npos);
+  CAF_CHECK(world->copy_writes.empty());
+}
+
+CAF_TEST_FIXTURE_SCOPE_END()
