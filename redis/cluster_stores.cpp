@@ -463,6 +463,15 @@ caf::expected<void> redis_cluster_session_store::write_copies(
   const core::identity& id, const std::map<int32_t, std::pair<int64_t, int32_t>>& positions) {
   if (positions.empty())
     return caf::unit;
+  // A primary the facts do not know (slots moved to a new one): learn
+  // every primary again, or it would get no copy.
+  bool known = facts_.size() == router_->map().shards().size();
+  for (auto& sh : router_->map().shards())
+    known = known && std::any_of(facts_.begin(), facts_.end(),
+                                 [&](const primary_facts& f) { return f.node_id == sh.primary.id; });
+  if (!known)
+    if (auto err = learn_primaries())
+      return err;
   for (int attempt = 0; attempt < 2; ++attempt) {
     auto put = put_copies(*router_, facts_, id, positions);
     if (put.err && !put.redirected)
