@@ -1,7 +1,8 @@
 // qsp-bench-verify: after a benchmark run, checks that every recipient of
 // every record below the node's checkpoints is projected.
 //
-//   qsp-bench-verify BOOTSTRAP TOPIC PARTITIONS REDIS_HOST REDIS_PORT NAMESPACE [CONVS_PREFIX]
+//   qsp-bench-verify [--cluster] BOOTSTRAP TOPIC PARTITIONS REDIS_HOST REDIS_PORT NAMESPACE
+//                    [CONVS_PREFIX]
 //
 // Reads each partition from offset 0 up to the node's checkpoint
 // (NAMESPACE:checkpoint:TOPIC:P next_offset), decodes each record with the
@@ -11,16 +12,30 @@
 // checked and, per partition, the offset ranges of records with a missing or
 // lower entry.  Exit 0: nothing missing; 1: something is missing; 2: usage.
 // A benchmark-side consistency check, not the product's audit command.
+//
+// --cluster: Redis Cluster mode.  REDIS_HOST:REDIS_PORT is a seed node; the
+// slot map comes from its CLUSTER SLOTS (parsed by the node's own
+// qsp::redis::parse_cluster_slots), every key is sent to the primary serving
+// its slot (qsp::redis::key_slot), pipelined per primary.  The map must hold
+// for the whole check (no resharding meanwhile): a MOVED/ASK is an error here.
+// Either mode: QSP_BENCH_REDIS_USER and QSP_BENCH_REDIS_PASSWORD_FILE, when
+// set, authenticate every connection (AUTH user password); the user needs
+// HGET and ZSCORE on the keys (and CLUSTER SLOTS with --cluster).
+// An error reply to any command is exit 2, naming it.
 #include <librdkafka/rdkafka.h>
 #include <hiredis/hiredis.h>
 
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/dispatch.hpp"
+#include "redis/cluster_map.hpp"
 
 namespace {
 
@@ -35,29 +50,102 @@ struct probe {
   int64_t created_at;
 };
 
+/// One Redis connection (the standalone server, or one primary) and the
+/// probes sent on it whose replies are not read yet.
+struct lane {
+  redisContext* c = nullptr;
+  std::string where;
+  std::vector<probe> pending;
+};
+
+redisContext* connect(const std::string& host, int port) {
+  timeval tv{10, 0};
+  redisContext* c = redisConnectWithTimeout(host.c_str(), port, tv);
+  if (c == nullptr || c->err)
+    die("redis " + host + ":" + std::to_string(port) + ": "
+        + std::string{c ? c->errstr : "cannot allocate"});
+  redisSetTimeout(c, tv);
+  const char* user = std::getenv("QSP_BENCH_REDIS_USER");
+  const char* pwfile = std::getenv("QSP_BENCH_REDIS_PASSWORD_FILE");
+  if (user != nullptr && *user != 0 && pwfile != nullptr && *pwfile != 0) {
+    std::ifstream in{pwfile};
+    std::string pw;
+    if (!in || !std::getline(in, pw))
+      die(std::string{"cannot read the password file "} + pwfile);
+    while (!pw.empty() && (pw.back() == '\r' || pw.back() == '\n'))
+      pw.pop_back();
+    auto* r = static_cast<redisReply*>(redisCommand(c, "AUTH %s %b", user, pw.data(), pw.size()));
+    if (r == nullptr || r->type == REDIS_REPLY_ERROR)
+      die("redis " + host + ":" + std::to_string(port) + ": AUTH as " + user + " failed"
+          + (r ? std::string{": "} + std::string{r->str, r->len} : std::string{}));
+    freeReplyObject(r);
+  }
+  return c;
+}
+
+redisReply* command_or_die(lane& l, const std::string& what, redisReply* r) {
+  if (r == nullptr)
+    die("redis " + l.where + ": " + what + ": " + l.c->errstr);
+  if (r->type == REDIS_REPLY_ERROR)
+    die("redis " + l.where + ": " + what + ": " + std::string{r->str, r->len});
+  return r;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
+  bool cluster = argc > 1 && std::strcmp(argv[1], "--cluster") == 0;
+  if (cluster) {
+    --argc;
+    ++argv;
+  }
   if (argc != 7 && argc != 8) {
-    std::fprintf(stderr, "usage: qsp-bench-verify BOOTSTRAP TOPIC PARTITIONS REDIS_HOST REDIS_PORT "
-                         "NAMESPACE [CONVS_PREFIX]\n");
+    std::fprintf(stderr, "usage: qsp-bench-verify [--cluster] BOOTSTRAP TOPIC PARTITIONS "
+                         "REDIS_HOST REDIS_PORT NAMESPACE [CONVS_PREFIX]\n");
     return 2;
   }
   std::string bootstrap = argv[1], topic = argv[2];
   int parts = std::atoi(argv[3]);
   std::string ns = argv[6], prefix = argc > 7 ? argv[7] : "convs:";
 
-  timeval tv{10, 0};
-  redisContext* rc = redisConnectWithTimeout(argv[4], std::atoi(argv[5]), tv);
-  if (rc == nullptr || rc->err)
-    die("redis: " + std::string{rc ? rc->errstr : "cannot allocate"});
-  redisSetTimeout(rc, tv);
+  // The lanes: one (standalone), or one per primary of the slot map.
+  std::vector<lane> lanes;
+  qsp::redis::slot_map map;
+  {
+    lane seed{connect(argv[4], std::atoi(argv[5])), std::string{argv[4]} + ":" + argv[5], {}};
+    if (!cluster) {
+      lanes.push_back(std::move(seed));
+    } else {
+      auto* r = command_or_die(seed, "CLUSTER SLOTS",
+                               static_cast<redisReply*>(redisCommand(seed.c, "CLUSTER SLOTS")));
+      auto m = qsp::redis::parse_cluster_slots(r, argv[4]);
+      freeReplyObject(r);
+      redisFree(seed.c);
+      if (!m)
+        die("CLUSTER SLOTS: " + caf::to_string(m.error()));
+      map = std::move(*m);
+      if (!map.full_coverage())
+        die("the slot map does not cover every slot");
+      for (auto& sh : map.shards())
+        lanes.push_back(lane{connect(sh.primary.host, sh.primary.port), sh.primary.address(), {}});
+    }
+  }
+  auto lane_of = [&](const std::string& k) -> lane& {
+    if (!cluster)
+      return lanes[0];
+    int i = map.shard_of(qsp::redis::key_slot(k));
+    if (i < 0)
+      die("no primary serves the slot of " + k);
+    return lanes[static_cast<size_t>(i)];
+  };
+
   std::vector<int64_t> end(static_cast<size_t>(parts), 0);
   for (int p = 0; p < parts; ++p) {
     auto key = ns + ":checkpoint:" + topic + ":" + std::to_string(p);
-    auto* r = static_cast<redisReply*>(redisCommand(rc, "HGET %s next_offset", key.c_str()));
-    if (r == nullptr)
-      die(std::string{"redis: "} + rc->errstr);
+    auto& l = lane_of(key);
+    auto* r = command_or_die(l, "HGET " + key,
+                             static_cast<redisReply*>(
+                                 redisCommand(l.c, "HGET %s next_offset", key.c_str())));
     if (r->type == REDIS_REPLY_STRING)
       end[static_cast<size_t>(p)] = std::atoll(r->str);
     freeReplyObject(r);
@@ -89,23 +177,26 @@ int main(int argc, char** argv) {
   std::vector<std::vector<bool>> bad(static_cast<size_t>(parts));
   for (int p = 0; p < parts; ++p)
     bad[static_cast<size_t>(p)].assign(static_cast<size_t>(end[static_cast<size_t>(p)]), false);
-  std::vector<probe> pending;
   int64_t probes = 0, missing = 0, undecodable = 0;
+  size_t in_flight = 0;
   auto flush = [&] {
-    for (auto& pr : pending) {
-      void* r = nullptr;
-      if (redisGetReply(rc, &r) != REDIS_OK)
-        die(std::string{"redis: "} + rc->errstr);
-      auto* rep = static_cast<redisReply*>(r);
-      bool ok = rep->type == REDIS_REPLY_STRING
-                && std::strtoll(rep->str, nullptr, 10) >= pr.created_at;
-      freeReplyObject(rep);
-      if (!ok) {
-        ++missing;
-        bad[static_cast<size_t>(pr.partition)][static_cast<size_t>(pr.offset)] = true;
+    for (auto& l : lanes) {
+      for (auto& pr : l.pending) {
+        void* r = nullptr;
+        if (redisGetReply(l.c, &r) != REDIS_OK)
+          die("redis " + l.where + ": " + l.c->errstr);
+        auto* rep = command_or_die(l, "ZSCORE", static_cast<redisReply*>(r));
+        bool ok = rep->type == REDIS_REPLY_STRING
+                  && std::strtoll(rep->str, nullptr, 10) >= pr.created_at;
+        freeReplyObject(rep);
+        if (!ok) {
+          ++missing;
+          bad[static_cast<size_t>(pr.partition)][static_cast<size_t>(pr.offset)] = true;
+        }
       }
+      l.pending.clear();
     }
-    pending.clear();
+    in_flight = 0;
   };
 
   qsp::core::json_decoder dec;
@@ -127,12 +218,14 @@ int main(int argc, char** argv) {
       } else {
         for (auto& u : d.recipients) {
           key.assign(prefix).append(u);
-          redisAppendCommand(rc, "ZSCORE %b %b", key.data(), key.size(),
+          auto& l = lane_of(key);
+          redisAppendCommand(l.c, "ZSCORE %b %b", key.data(), key.size(),
                              d.conversation_id.data(), d.conversation_id.size());
-          pending.push_back(probe{m->partition, m->offset, d.created_at});
+          l.pending.push_back(probe{m->partition, m->offset, d.created_at});
           ++probes;
+          ++in_flight;
         }
-        if (pending.size() >= 20000)
+        if (in_flight >= 20000)
           flush();
       }
     }
@@ -141,7 +234,8 @@ int main(int argc, char** argv) {
   flush();
   rd_kafka_consumer_close(rk);
   rd_kafka_destroy(rk);
-  redisFree(rc);
+  for (auto& l : lanes)
+    redisFree(l.c);
 
   std::printf("records=%" PRId64 " of=%" PRId64 " probes=%" PRId64 " missing=%" PRId64
               " undecodable=%" PRId64 "\n",
