@@ -112,11 +112,13 @@ caf::error cluster_router::read_map(connection& c, const std::string& host) {
   return caf::none;
 }
 
-caf::error cluster_router::refresh() {
+caf::error cluster_router::refresh(const address* first) {
   caf::error last;
   // The primaries this router knows first (their view is the newest the
   // node can have), then the seeds.
   std::vector<address> ask;
+  if (first != nullptr)
+    ask.push_back(*first);
   for (auto& s : map_.shards())
     ask.push_back(address_of(s.primary));
   for (auto& s : cfg_.cluster_nodes)

@@ -50,9 +50,10 @@ public:
   /// first answer wins.  The error names every seed and why.
   static caf::expected<std::unique_ptr<cluster_router>> open(const settings& cfg);
 
-  /// Re-reads CLUSTER SLOTS from the primaries already connected, else the
-  /// seeds: after a MOVED.
-  caf::error refresh();
+  /// Re-reads CLUSTER SLOTS from `first` (a MOVED's target: it knows it
+  /// owns the slot, where other nodes may not have heard yet), else the
+  /// primaries already known, else the seeds.
+  caf::error refresh(const address* first = nullptr);
   const slot_map& map() const { return map_; }
   const settings& config() const { return cfg_; }
 

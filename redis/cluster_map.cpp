@@ -407,6 +407,14 @@ std::string copy_key(std::string_view tag, std::string_view ns, std::string_view
   return out;
 }
 
+std::string node_copy_key(std::string_view tag, std::string_view ns, std::string_view topic,
+                          std::string_view node_id) {
+  auto key = copy_key(tag, ns, topic);
+  key.push_back(':');
+  key.append(node_id.data(), node_id.size());
+  return key;
+}
+
 std::string tag_for_shard(const shard& s) {
   if (s.slots.empty())
     return {};

@@ -158,6 +158,13 @@ inline constexpr uint32_t copy_tag_max_n = 151793;
 /// comes first, whatever braces `ns` holds).
 std::string copy_key(std::string_view tag, std::string_view ns, std::string_view topic);
 
+/// The key of one primary's copy: copy_key(...) + ":" + node_id.  The node
+/// id keeps the copies of different primaries apart when a resharding
+/// moves a copy key (with its slot) to another primary, whose own tag may
+/// then be the same: each copy keeps naming the primary it vouches for.
+std::string node_copy_key(std::string_view tag, std::string_view ns, std::string_view topic,
+                          std::string_view node_id);
+
 /// The copy tag of the shard's lowest slot; "" for a shard without slots.
 std::string tag_for_shard(const shard& s);
 

@@ -32,13 +32,22 @@ address address_of(const cluster_node& n) { return address{n.host, n.port}; }
 /// their own): all sent first, then every reply read (one round trip).
 /// `redirected`: a copy key's slot is elsewhere now (MOVED/ASK).
 struct put_result {
+  put_result() = default;
+  put_result(caf::error e, bool r = false) : err(std::move(e)), redirected(r) {}
   caf::error err;
   bool redirected = false;
+  address to;  ///< where a redirection pointed
 };
 put_result put_copies(cluster_router& router, const std::vector<primary_facts>& facts,
                       const core::identity& id,
                       const std::map<int32_t, std::pair<int64_t, int32_t>>& positions) {
   std::vector<std::pair<connection*, address>> sent;
+  // The commands, kept for an ASK's resend (views into keys/fields).
+  std::vector<std::string> keys;
+  std::vector<std::vector<std::pair<std::string, std::string>>> all_fields;
+  std::vector<std::vector<std::string_view>> argvs;
+  keys.reserve(facts.size());
+  all_fields.reserve(facts.size());
   for (auto& f : facts) {
     auto s = router.map().shard_by_node(f.node_id);
     if (s < 0)
@@ -56,10 +65,10 @@ put_result put_copies(cluster_router& router, const std::vector<primary_facts>& 
     for (auto& [k, v] : core::encode_meta(id))
       copy.identity.emplace(k, v);
     copy.positions = positions;
-    auto key = copy_key(tag, router.config().ns, id.topic);
-    auto fields = encode_copy_fields(copy);
-    std::vector<std::string_view> argv{"HSET", key};
-    for (auto& [k, v] : fields) {
+    keys.push_back(node_copy_key(tag, router.config().ns, id.topic, f.node_id));
+    all_fields.push_back(encode_copy_fields(copy));
+    std::vector<std::string_view> argv{"HSET", keys.back()};
+    for (auto& [k, v] : all_fields.back()) {
       argv.push_back(k);
       argv.push_back(v);
     }
@@ -73,19 +82,93 @@ put_result put_copies(cluster_router& router, const std::vector<primary_facts>& 
       return {err};
     }
     sent.emplace_back(*c, to);
+    argvs.push_back(std::move(argv));
   }
   put_result out;
-  for (auto& [c, to] : sent) {
+  std::vector<std::pair<size_t, redirection>> asked;
+  for (size_t k = 0; k < sent.size(); ++k) {
+    auto& [c, to] = sent[k];
     // Every reply is read, so that each connection stays in step.
     auto r = c->read_reply("HSET");
     if (r || out.err)
       continue;
-    if (gone(r.error()))
+    if (gone(r.error())) {
       router.drop(to);
-    out.redirected = parse_redirection(reply_text(r.error(), *c)).has_value();
+      out.err = r.error();
+      continue;
+    }
+    auto red = parse_redirection(reply_text(r.error(), *c));
+    if (red && red->ask) {
+      asked.emplace_back(k, *red);
+      continue;
+    }
+    out.redirected = red.has_value();
+    if (red)
+      out.to = red->to;
     out.err = r.error();
   }
+  // ASK: the copy key's slot is migrating and the key is at the target
+  // already (or will be): written there, for this command only.  The key
+  // names its primary, so wherever it lands it vouches for that primary
+  // alone (and, off it, only while that primary has not failed over).
+  for (auto& [k, red] : asked) {
+    if (out.err)
+      break;
+    auto c = router.at(red.to, 1);
+    if (!c) {
+      out.err = c.error();
+      break;
+    }
+    (*c)->append({"ASKING"});
+    (*c)->append(argvs[k]);
+    if (auto err = (*c)->flush()) {
+      router.drop(red.to);
+      out.err = err;
+      break;
+    }
+    auto a = (*c)->read_reply("ASKING");
+    auto r = (*c)->read_reply("HSET");
+    if (!a || !r) {
+      out.err = !a ? a.error() : r.error();
+      out.redirected = !r && parse_redirection(reply_text(r.error(), **c)).has_value();
+      if (gone(out.err))
+        router.drop(red.to);
+    }
+  }
   return out;
+}
+
+} // namespace
+
+namespace {
+
+/// HGETALL of `key` on `c`, decoded; nullopt when the key is absent.
+caf::expected<std::optional<caf::expected<shard_copy>>> read_copy(connection& c,
+                                                                  const std::string& key) {
+  auto h = c.command({"HGETALL", key});
+  if (!h)
+    return h.error();
+  auto* rep = h->get();
+  if (rep->type != REDIS_REPLY_ARRAY || rep->elements == 0)
+    return std::optional<caf::expected<shard_copy>>{};
+  std::vector<std::pair<std::string, std::string>> fields;
+  for (size_t k = 0; k + 1 < rep->elements; k += 2)
+    fields.emplace_back(std::string{rep->element[k]->str, rep->element[k]->len},
+                        std::string{rep->element[k + 1]->str, rep->element[k + 1]->len});
+  return std::optional<caf::expected<shard_copy>>{decode_copy(fields)};
+}
+
+void take_copy(core::shard_report& r, const shard_copy& copy, std::string verdict,
+               const std::vector<slot_range>& slots) {
+  r.copy = std::move(verdict);
+  r.copy_replid = copy.shard_replid;
+  r.slots_grew = !covers(copy.slots, slots);
+  r.copy_identity.clear();
+  for (auto& [k, v] : copy.identity)
+    r.copy_identity.emplace(k, v);
+  r.positions.clear();
+  if (r.copy == "valid")
+    r.positions = copy.positions;
 }
 
 } // namespace
@@ -97,6 +180,8 @@ caf::expected<core::redis_cluster_state> read_cluster_state(cluster_router& rout
   if (!facts)
     return facts.error();
   st.uncovered = format_ranges(router.map().uncovered());
+  const auto& ns = router.config().ns;
+  std::vector<size_t> lost; // primaries without a valid copy under their tag
   for (size_t i = 0; i < facts->size(); ++i) {
     auto& f = (*facts)[i];
     auto& sh = router.map().shards()[i];
@@ -115,30 +200,89 @@ caf::expected<core::redis_cluster_state> read_cluster_state(cluster_router& rout
       auto c = router.at(address_of(sh.primary), 1);
       if (!c)
         return c.error();
-      auto h = (*c)->command({"HGETALL", copy_key(tag, router.config().ns, topic)});
-      if (!h)
-        return h.error();
-      auto* rep = h->get();
-      if (rep->type == REDIS_REPLY_ARRAY && rep->elements > 0) {
-        std::vector<std::pair<std::string, std::string>> fields;
-        for (size_t k = 0; k + 1 < rep->elements; k += 2)
-          fields.emplace_back(std::string{rep->element[k]->str, rep->element[k]->len},
-                              std::string{rep->element[k + 1]->str, rep->element[k + 1]->len});
-        auto copy = decode_copy(fields);
-        if (!copy) {
-          r.copy = "unreadable: " + describe(copy.error());
-        } else {
-          r.copy = to_string(judge_copy(*copy, f.replid, f.replid2));
-          r.copy_replid = copy->shard_replid;
-          r.slots_grew = !covers(copy->slots, f.slots);
-          for (auto& [k, v] : copy->identity)
-            r.copy_identity.emplace(k, v);
-          if (r.copy == "valid")
-            r.positions = copy->positions;
-        }
+      auto copy = read_copy(**c, node_copy_key(tag, ns, topic, f.node_id));
+      if (!copy)
+        return copy.error();
+      if (*copy) {
+        if (!**copy)
+          r.copy = "unreadable: " + describe((**copy).error());
+        else
+          take_copy(r, ***copy, to_string(judge_copy(***copy, f.replid, f.replid2)), f.slots);
       }
     }
+    if (r.copy != "valid" && r.copy.rfind("unreadable", 0) != 0)
+      lost.push_back(i);
     st.shards.push_back(std::move(r));
+  }
+  if (lost.empty())
+    return st;
+  // A primary's copy key lives in a slot of its lowest range and names its
+  // node: after a failover the new primary holds its former primary's key
+  // (another node id), and a resharding that moved that slot moved the key
+  // to another primary (and changed the tag).  Before judging a primary
+  // copyless, every primary's copy keys of this topic are looked for (SCAN:
+  // only then, e.g. once after a failover, until the next copy write).  A copy found
+  // on the primary it names counts by the usual rule; one found elsewhere
+  // only if that primary has not failed over since it was written (its
+  // replid is the copy's): the primary's own stream then still holds
+  // everything the copy was written behind.
+  auto pattern = "{qsp-copy-*}:" + glob_escape(ns) + ":copies:" + glob_escape(topic) + ":*";
+  for (size_t j = 0; j < facts->size(); ++j) {
+    auto c = router.at(address_of(router.map().shards()[j].primary), 1);
+    if (!c)
+      return c.error();
+    std::string cursor = "0";
+    // Bounded: SCAN ends when the cursor comes back to 0; the guard stops a
+    // server that never does.
+    for (int guard = 0; guard < 1000000; ++guard) {
+      auto r = (*c)->command({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"});
+      if (!r)
+        return r.error();
+      auto* rep = r->get();
+      if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2)
+        return caf::make_error(ec::redis_reply, (*c)->where() + ": unexpected reply to SCAN");
+      cursor.assign(rep->element[0]->str, rep->element[0]->len);
+      for (size_t k = 0; k < rep->element[1]->elements; ++k) {
+        std::string key{rep->element[1]->element[k]->str, rep->element[1]->element[k]->len};
+        auto copy = read_copy(**c, key);
+        if (!copy)
+          return copy.error();
+        if (!*copy || !**copy)
+          continue;
+        auto& found = ***copy;
+        for (auto i : lost) {
+          auto& f = (*facts)[i];
+          // On the primary itself a copy counts by its history, whichever
+          // node wrote it (after a failover: the former primary); elsewhere
+          // only a copy naming this primary, written in its current history.
+          bool here = i == j;
+          if (!here && found.shard_node != f.node_id)
+            continue;
+          auto verdict = here ? judge_copy(found, f.replid, f.replid2)
+                              : (found.shard_replid == f.replid ? copy_verdict::valid
+                                                                : copy_verdict::foreign);
+          auto& r = st.shards[i];
+          if (verdict != copy_verdict::valid) {
+            if (r.copy == "absent")
+              take_copy(r, found, to_string(verdict), f.slots);
+            continue;
+          }
+          if (r.copy != "valid") {
+            take_copy(r, found, "valid", f.slots);
+          } else {
+            // Several valid copies: each proves its positions.
+            for (auto& [p, at] : found.positions) {
+              auto& cur = r.positions[p];
+              if (at.first > cur.first)
+                cur = at;
+            }
+            r.slots_grew = r.slots_grew && !covers(found.slots, f.slots);
+          }
+        }
+      }
+      if (cursor == "0")
+        break;
+    }
   }
   return st;
 }
@@ -280,7 +424,7 @@ caf::error redis_cluster_session_store::follow(const part& p, size_t i, const re
       // The map is stale: later batches go to the new owner directly.
       // (A failed refresh leaves the old map; the resend below still goes
       // where the server said.)
-      (void) router_->refresh();
+      (void) router_->refresh(&r.to);
     }
     // Lane 1: a connection of its own, never one with pipelined replies
     // outstanding.
@@ -453,7 +597,7 @@ caf::expected<session_list> redis_cluster_session_store::sessions(const std::str
       return r.error();
     ask = red->ask;
     if (!ask)
-      (void) router_->refresh();
+      (void) router_->refresh(&red->to);
     to = red->to;
   }
   return caf::make_error(ec::redis_reply, "redis cluster: " + key + " redirected more than 5 times");
@@ -472,17 +616,18 @@ caf::expected<void> redis_cluster_session_store::write_copies(
   if (!known)
     if (auto err = learn_primaries())
       return err;
-  for (int attempt = 0; attempt < 2; ++attempt) {
+  for (int attempt = 0; attempt < 4; ++attempt) {
     auto put = put_copies(*router_, facts_, id, positions);
-    if (put.err && !put.redirected)
-      return put.err;
-    bool redirected = put.redirected;
-    if (!redirected)
+    if (!put.err)
       return caf::unit;
-    // A copy key's slot (or a primary) moved: the new map, the new
-    // primaries' histories, and every copy again.
+    if (!put.redirected)
+      return put.err;
+    // A copy key's slot (or a primary) moved: the new map (from the node
+    // the redirection named), the primaries' histories, and every copy
+    // again.
     ++moved_;
-    if (auto err = router_->refresh())
+    count(put.to, {0, 0, 1, 0});
+    if (auto err = router_->refresh(put.to.port != 0 ? &put.to : nullptr))
       return err;
     if (auto err = learn_primaries())
       return err;
