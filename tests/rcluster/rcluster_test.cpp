@@ -1014,7 +1014,12 @@ TEST_F(rcluster, ClusterDownRecoversByItself) {
   ASSERT_GT(p3, 0);
   auto port = test::free_port();
   auto log = dir + "/run.log";
-  test::node_process run{node("run", {"--http.listen=127.0.0.1:" + std::to_string(port)}), log};
+  // A command timeout well inside the pause: a stalled primary is noticed
+  // within 2 x redis.command-timeout (a blocking read for a full pipeline
+  // starts its own timeout), and the rest of the pause is CLUSTERDOWN.
+  test::node_process run{node("run", {"--http.listen=127.0.0.1:" + std::to_string(port),
+                                      "--redis.command-timeout=2s"}),
+                         log};
   ASSERT_TRUE(test::readyz_reaches(port, 200, 60s)) << slurp(log);
   background_producer load{topic, 0, n, users, 1000};
   ASSERT_TRUE(test::eventually([&] { return checkpoint() >= 1000; }, 30s)) << slurp(log);
@@ -1058,6 +1063,8 @@ TEST_F(rcluster, ClusterDownRecoversByItself) {
   for (auto& l : lines_with(text, "partition 0: start "))
     std::cout << "  " << l << "\n";
   EXPECT_TRUE(lines_with(text, "] refused").empty()) << text;
+  EXPECT_FALSE(lines_with(text, "CLUSTERDOWN").empty()) << "the node never met CLUSTERDOWN:\n"
+                                                        << text;
 }
 
 namespace {
@@ -1098,8 +1105,8 @@ long long metric_sum(uint16_t port, const std::string& name) {
 
 // Resharding while `run` projects a live load: 200 slots (busy users'
 // session sets among them) move from pair 1's primary to pair 2's, then the
-// namespace's slot (checkpoints, meta) to pair 3's, then the slot of the
-// copy key pair 3's primary holds to pair 1's.  MOVED and ASK are followed,
+// slot of the copy key pair 3's primary holds to pair 1's, then the
+// namespace's slot (checkpoints, meta) to pair 3's.  MOVED and ASK are followed,
 // the node never refuses or exits, nothing is lost; a restart afterwards
 // (catch-up) starts without a refusal.
 TEST_F(rcluster, ReshardingUnderLoad) {
@@ -1132,22 +1139,25 @@ TEST_F(rcluster, ReshardingUnderLoad) {
   std::this_thread::sleep_for(2s);  // writes to the moved slots, and a checkpoint
   ASSERT_TRUE(still_running(run, log, "after 200 slots moved from node " + P1 + " to node " + P2));
 
-  ASSERT_SVC("rc-move-slot " + std::to_string(ns_slot) + " " + P3);
-  ASSERT_EQ(owner_of(ns_slot), p3);
-  std::this_thread::sleep_for(2s);
-  ASSERT_TRUE(still_running(run, log, "after the namespace's slot moved to node " + P3));
-
   // The copy key pair 3's primary holds now (the node rewrites it at every
   // checkpoint): its slot moves away, and the shard's copy key with it.
   const auto ck = copy_key_of(p3);
   ASSERT_TRUE(test::eventually([&] { return node_cmd(p3, {"EXISTS", ck}) == "1"; }, 20s)) << ck;
   const auto ck_slot = std::to_string(redis::key_slot(ck));
+  ASSERT_NE(redis::key_slot(ck), ns_slot);
   ASSERT_SVC("rc-move-slot " + ck_slot + " " + P1);
   undo.push_back("rc-move-slot " + ck_slot + " " + P3);
   EXPECT_EQ(node_cmd(p1, {"EXISTS", ck}), "1") << ck << " did not move with its slot";
-  std::cout << "resharding done in " << ms_since(t) << " ms; load sent " << load.sent() << "\n";
   std::this_thread::sleep_for(2s);
   ASSERT_TRUE(still_running(run, log, "after the slot of " + ck + " moved to node " + P1));
+
+  // The namespace's slot (meta, checkpoints) moves to pair 3's primary,
+  // below its lowest slot: its copy key changes again.
+  ASSERT_SVC("rc-move-slot " + std::to_string(ns_slot) + " " + P3);
+  ASSERT_EQ(owner_of(ns_slot), p3);
+  std::cout << "resharding done in " << ms_since(t) << " ms; load sent " << load.sent() << "\n";
+  std::this_thread::sleep_for(2s);
+  ASSERT_TRUE(still_running(run, log, "after the namespace's slot moved to node " + P3));
 
   ASSERT_TRUE(load.wait(60s)) << load.error();
   ASSERT_TRUE(checkpoint_reaches(n, 60s, run)) << "checkpoint " << checkpoint() << "\n" << slurp(log);
