@@ -124,13 +124,14 @@ caf::error cluster_router::refresh(const address* first) {
   for (auto& s : cfg_.cluster_nodes)
     ask.push_back(s);
   for (auto& a : ask) {
-    auto c = at(a);
+    // A lane of its own: never a connection a caller is reading from.
+    auto c = at(a, map_lane);
     if (!c) {
       last = c.error();
       continue;
     }
     if (auto err = read_map(**c, a.host)) {
-      drop(a);
+      drop(a, map_lane);
       last = err;
       continue;
     }
@@ -160,18 +161,17 @@ caf::expected<connection*> cluster_router::at(const address& to, int lane) {
   return raw;
 }
 
-void cluster_router::drop(const address& to) {
+void cluster_router::drop(const address& to, int lane) {
   std::lock_guard<std::mutex> guard{mtx_};
-  auto name = to.to_string();
-  for (auto i = conns_.begin(); i != conns_.end();)
-    i = i->first.first == name ? conns_.erase(i) : std::next(i);
+  conns_.erase(std::make_pair(to.to_string(), lane));
 }
 
 caf::expected<std::vector<primary_facts>> cluster_router::facts() {
   std::vector<primary_facts> out;
   for (size_t i = 0; i < map_.shards().size(); ++i) {
     auto& s = map_.shards()[i];
-    auto c = primary(i);
+    // Never the pipelined lane: its replies may be outstanding.
+    auto c = at(address{s.primary.host, s.primary.port}, sync_lane);
     if (!c)
       return c.error();
     primary_facts f;

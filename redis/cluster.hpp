@@ -57,15 +57,21 @@ public:
   const slot_map& map() const { return map_; }
   const settings& config() const { return cfg_; }
 
-  /// The connection to the primary of shard `i` of map().
+  /// The connection to the primary of shard `i` of map() (the pipeline
+  /// lane).
   caf::expected<connection*> primary(size_t i);
   /// A connection to `at`, opened on first use and kept (a MOVED/ASK
   /// target, or a primary's second connection: see `lane`).  Lanes keep
   /// connections to one address apart (e.g. pipelined ZADDs and
   /// synchronous resends).
   caf::expected<connection*> at(const address& to, int lane = 0);
-  /// Forgets the connection to `to` (all lanes): after an I/O error.
-  void drop(const address& to);
+  /// Forgets the connection to `to` on `lane`: after an I/O error on it.
+  /// Only that lane's: a caller may hold another lane's connection (the
+  /// pipelined ZADDs' while a resend or a map refresh fails elsewhere).
+  void drop(const address& to, int lane = 0);
+  /// The lanes: 0 pipelined ZADDs, 1 synchronous commands (resends, copies,
+  /// reads), 2 the slot map (refresh).
+  static constexpr int pipeline_lane = 0, sync_lane = 1, map_lane = 2;
 
   /// CLUSTER MYID, INFO and CLUSTER INFO of every primary of map().
   caf::expected<std::vector<primary_facts>> facts();

@@ -78,7 +78,7 @@ put_result put_copies(cluster_router& router, const std::vector<primary_facts>& 
       return {c.error()};
     (*c)->append(argv);
     if (auto err = (*c)->flush()) {
-      router.drop(to);
+      router.drop(to, cluster_router::sync_lane);
       return {err};
     }
     sent.emplace_back(*c, to);
@@ -93,7 +93,7 @@ put_result put_copies(cluster_router& router, const std::vector<primary_facts>& 
     if (r || out.err)
       continue;
     if (gone(r.error())) {
-      router.drop(to);
+      router.drop(to, cluster_router::sync_lane);
       out.err = r.error();
       continue;
     }
@@ -122,7 +122,7 @@ put_result put_copies(cluster_router& router, const std::vector<primary_facts>& 
     (*c)->append({"ASKING"});
     (*c)->append(argvs[k]);
     if (auto err = (*c)->flush()) {
-      router.drop(red.to);
+      router.drop(red.to, cluster_router::sync_lane);
       out.err = err;
       break;
     }
@@ -132,7 +132,7 @@ put_result put_copies(cluster_router& router, const std::vector<primary_facts>& 
       out.err = !a ? a.error() : r.error();
       out.redirected = !r && parse_redirection(reply_text(r.error(), **c)).has_value();
       if (gone(out.err))
-        router.drop(red.to);
+        router.drop(red.to, cluster_router::sync_lane);
     }
   }
   return out;
@@ -435,14 +435,14 @@ caf::error redis_cluster_session_store::follow(const part& p, size_t i, const re
       (*c)->append({"ASKING"});
     (*c)->append_formatted(cmd);
     if (auto err = (*c)->flush()) {
-      router_->drop(r.to);
+      router_->drop(r.to, cluster_router::sync_lane);
       return err;
     }
     if (r.ask) {
       auto asking = (*c)->read_reply("ASKING");
       if (!asking) {
         if (gone(asking.error()))
-          router_->drop(r.to);
+          router_->drop(r.to, cluster_router::sync_lane);
         // Its ZADD's reply is still to be read before anything else.
         (void) (*c)->read_reply("ZADD");
         return asking.error();
@@ -456,7 +456,7 @@ caf::error redis_cluster_session_store::follow(const part& p, size_t i, const re
       return caf::none;
     }
     if (gone(rep.error())) {
-      router_->drop(r.to);
+      router_->drop(r.to, cluster_router::sync_lane);
       return rep.error();
     }
     auto again = parse_redirection(reply_text(rep.error(), **c));
@@ -589,7 +589,7 @@ caf::expected<session_list> redis_cluster_session_store::sessions(const std::str
       return out;
     }
     if (gone(r.error())) {
-      router_->drop(to);
+      router_->drop(to, cluster_router::sync_lane);
       return r.error();
     }
     auto red = parse_redirection(reply_text(r.error(), **c));
