@@ -1278,3 +1278,88 @@ TEST_F(rcluster, MigrationThenFailover) {
                        << ") and the migration:\n" << r.log;
   }
 }
+
+// catch-up and run in Redis Cluster mode under a live transactional
+// producer: committed transactions only (the aborted ones write to users no
+// committed record names), Redis equals the model through the slot map, and
+// `audit` in Redis Cluster mode says consistent.
+TEST_F(rcluster, CatchUpAndRunUnderALiveTransactionalProducer) {
+  constexpr int users = 300;
+  constexpr uint64_t txns = 80, per_txn = 40;
+  test::model m;
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> ended{0};  ///< transactions committed or aborted
+  std::string failure;  ///< written by the producer before `done`
+  std::thread producer{[&] {
+    auto p = kafka::producer::make(kafka_cfg(), test::unique_name("rc-txn"));
+    if (!p) {
+      failure = describe(p.error());
+      done = true;
+      return;
+    }
+    for (uint64_t t = 0; t < txns && failure.empty(); ++t) {
+      bool abort = t % 5 == 4;
+      if (auto ok = p->begin(); !ok) {
+        failure = describe(ok.error());
+        break;
+      }
+      for (uint64_t k = 0; k < per_txn; ++k) {
+        auto d = test::make_dispatch(t * per_txn + k, users);
+        if (abort)
+          d.recipients = {"aborted-" + std::to_string(t * per_txn + k)};
+        if (auto ok = p->send(topic, 0, core::encode_json(d)); !ok) {
+          failure = describe(ok.error());
+          break;
+        }
+      }
+      auto end = abort ? p->abort() : p->commit();
+      if (!end) {
+        failure = describe(end.error());
+        break;
+      }
+      if (!abort)
+        for (uint64_t k = 0; k < per_txn; ++k)
+          test::apply(m, test::make_dispatch(t * per_txn + k, users));
+      ++ended;
+      std::this_thread::sleep_for(20ms); // a live producer, not a burst
+    }
+    done = true;
+  }};
+  struct joiner {
+    std::thread& t;
+    ~joiner() { t.join(); }
+  } join{producer};
+
+  // catch-up while the producer runs: ends at the H0 snapshot it took.
+  ASSERT_TRUE(test::eventually([&] { return done || ended >= 10; }, 30s));
+  auto first = catch_up("catch-up-live");
+  ASSERT_EQ(first.rc, 0) << first.log;
+
+  // run until the producer is done and everything is in.
+  auto port = test::free_port();
+  auto log = dir + "/run.log";
+  test::node_process run{node("run", {"--http.listen=127.0.0.1:" + std::to_string(port)}), log};
+  ASSERT_TRUE(test::readyz_reaches(port, 200, 60s)) << slurp(log);
+  ASSERT_TRUE(test::eventually([&] { return done.load(); }, 120s)) << "the producer did not finish";
+  ASSERT_TRUE(failure.empty()) << failure;
+  ASSERT_EQ(ended.load(), txns);
+  ASSERT_TRUE(test::eventually([&] { return compare(m).equal(); }, 60s))
+    << compare(m).text() << "\n" << slurp(log);
+  EXPECT_EQ(run.stop(), 0) << slurp(log);
+  EXPECT_TRUE(lines_with(slurp(log), "] refused").empty()) << slurp(log);
+  // Nothing of an aborted transaction is projected.
+  auto r = router();
+  ASSERT_TRUE(r);
+  for (uint64_t t = 4; t < txns; t += 5) {
+    auto key = convs + "aborted-" + std::to_string(t * per_txn);
+    auto i = r->map().shard_of(redis::key_slot(key));
+    ASSERT_GE(i, 0);
+    auto c = r->primary(static_cast<size_t>(i));
+    ASSERT_TRUE(c);
+    EXPECT_EQ(test::redis_cmd(**c, {"EXISTS", key}), "0") << key;
+  }
+  // audit reads every user's set from its primary.
+  auto audit = test::run_cli(node("audit"));
+  EXPECT_EQ(audit.rc, 0) << audit.out << audit.err;
+  EXPECT_NE(audit.out.find("verdict: consistent"), std::string::npos) << audit.out;
+}
