@@ -327,6 +327,7 @@ struct migration : ::testing::Test {
   int cut_replica = -1; ///< a node this test cut off (rc-cut-replica), resumed in TearDown
 
   void SetUp() override {
+    std::cout.setf(std::ios::unitbuf); // every line out at once, should a run be killed
     REQUIRE_RCLUSTER_SET();
     topic = test::unique_name("rcmigr");
     dir = "/tmp/" + topic;
@@ -659,15 +660,27 @@ TEST_F(migration, FirstStartRetriesWhileAReplicaIsCutOff) {
   ASSERT_EQ(services("rc-cut-replica " + std::to_string(id)), 0);
   cut_replica = id;
 
-  auto first = test::run_cli(cluster_node("catch-up", {"--projection.catch-up-max-attempts=30"}));
-  ASSERT_EQ(first.rc, 0) << first.err;
-  EXPECT_GE(lines_with(first.err, "replicas acknowledged within"), 1u)
-    << "no seeding attempt waited for the cut replica:\n" << first.err;
-  EXPECT_EQ(lines_with(first.err, "refused"), 0u) << first.err;
-  for (auto& l : split(first.err, '\n'))
-    if (l.find("replicas acknowledged") != std::string::npos)
-      std::cout << "  " << l.substr(0, 300) << "\n";
+  // The start retries the seeding while the replica is cut off (until the
+  // cluster marks it failed and stops listing it, or it is back).
+  auto log = dir + "/first-start.log";
+  std::cout << "replica " << id << " cut off; the first start (log " << log << ")\n";
+  test::node_process first{cluster_node("catch-up", {"--projection.catch-up-max-attempts=10"}),
+                           log};
+  EXPECT_TRUE(test::eventually(
+    [&] { return lines_with(slurp(log), "replicas acknowledged within") > 0 || first.wait_for(0ms); },
+    30s));
+  std::cout << "resuming replica " << id << "\n";
   resume(id);
+  auto rc = first.wait_for(120s);
+  ASSERT_TRUE(rc) << "catch-up still running 120 s after the replica came back:\n" << slurp(log);
+  auto text = slurp(log);
+  ASSERT_EQ(*rc, 0) << text;
+  EXPECT_GE(lines_with(text, "replicas acknowledged within"), 1u)
+    << "no seeding attempt waited for the cut replica:\n" << text;
+  EXPECT_EQ(lines_with(text, "refused"), 0u) << text;
+  for (auto& l : split(text, '\n'))
+    if (l.find("replicas acknowledged") != std::string::npos && l.find("dirty: ") != std::string::npos)
+      std::cout << "  " << l.substr(0, 300) << "\n";
 
   auto j = inspect_json();
   EXPECT_EQ(j["redis_cluster"]["copies_established"], true) << j.dump(2);
