@@ -100,7 +100,8 @@ caf::expected<inspection> inspect_startup(const projection_settings& cfg, broker
   bool cluster_mode = !cfg.redis.cluster_nodes.empty();
   if (!cluster_mode && r.stored.meta && r.stored.meta->count(core::copies_field) != 0)
     r.problems.push_back(core::problem{
-      std::nullopt, core::copies_field, "<absent>", r.stored.meta->at(core::copies_field),
+      std::nullopt, core::copies_field, r.stored.meta->at(core::copies_field),
+      "a node in standalone mode (redis.cluster-nodes unset)",
       "the namespace was written in Redis Cluster mode (per-shard copies): set "
       "redis.cluster-nodes, or move it back as OPERATIONS.md, \"Redis Cluster mode\", says"});
   // The start of each partition: the lowest of its checkpoint and every

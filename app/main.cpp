@@ -13,6 +13,8 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <fstream>
+#include <regex>
 #include <spdlog/spdlog.h>
 
 #include "caf/actor_system.hpp"
@@ -490,6 +492,20 @@ int main(int argc, char** argv) {
   }
   if (auto err = cfg.parse(static_cast<int>(args.size()), args.data())) {
     std::cerr << "error: " << caf::to_string(err) << '\n';
+    // The likeliest cause in Redis Cluster mode: a hash-tag namespace left
+    // unquoted in the config file ({...} is a CAF dictionary there).
+    std::string file = "qsession-projection.conf";
+    for (auto* a : args)
+      if (std::string_view{a}.rfind("--config-file=", 0) == 0)
+        file = std::string{a}.substr(14);
+    std::ifstream in{file};
+    static const std::regex unquoted{R"(^\s*namespace\s*=\s*\{)"};
+    for (std::string line; std::getline(in, line);)
+      if (std::regex_search(line, unquoted)) {
+        std::cerr << "hint: " << file << ": quote a hash-tag namespace, e.g. namespace = "
+                  << "\"{session_projection}\" (unquoted, {...} is a dictionary)\n";
+        break;
+      }
     return exit_usage;
   }
   if (!cfg.remainder.empty()) {

@@ -1,5 +1,6 @@
 // The operator contract of the binary: --help, bad usage and bad config
 // (exit 2 naming the key), unreachable dependencies (exit 4).
+#include <fstream>
 #include <gtest/gtest.h>
 
 #include "qsession/projection/config.hpp"
@@ -153,4 +154,13 @@ TEST(Cli, RefusalPrintsOneFullLogLinePerProblem) {
     EXPECT_NE(line.find("] refused: checkpoint key: field key: stored \""), std::string::npos)
       << line;
   }
+}
+
+TEST(Cli, AnUnquotedHashTagNamespaceInAConfigFileGetsAHint) {
+  auto file = "/tmp/" + test::unique_name("ns") + ".conf";
+  std::ofstream{file} << "[projection]\nnamespace = {session_projection}\n";
+  auto r = test::run_cli({"verify", "--config-file=" + file});
+  EXPECT_EQ(r.rc, 2) << r.err;
+  EXPECT_NE(r.err.find("quote a hash-tag namespace"), std::string::npos) << r.err;
+  std::remove(file.c_str());
 }

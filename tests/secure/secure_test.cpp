@@ -36,66 +36,16 @@ namespace {
 
 // -- the secured set ---------------------------------------------------------
 
-struct secure_set {
-  std::map<std::string, std::string> env;
-  std::string at(const std::string& k) const {
-    auto i = env.find(k);
-    return i == env.end() ? std::string{} : i->second;
-  }
-  std::string secret(const std::string& file_key) const {
-    std::ifstream in{at(file_key)};
-    std::string s;
-    std::getline(in, s);
-    return s;
-  }
-};
-
-const secure_set* secure_env(std::string* why) {
-  static const std::pair<std::optional<secure_set>, std::string> found = [] {
-    std::vector<std::string> files;
-    if (const char* p = std::getenv("QSP_SERVICES_ENV"))
-      files.emplace_back(p);
-    files.emplace_back(QSP_SOURCE_DIR "/.services-secure/env");
-    std::string reasons;
-    for (auto& f : files) {
-      std::ifstream in{f};
-      if (!in) {
-        reasons += (reasons.empty() ? "" : "; ") + ("cannot read " + f);
-        continue;
-      }
-      secure_set s;
-      std::string line;
-      while (std::getline(in, line)) {
-        if (line.rfind("export ", 0) == 0)
-          line = line.substr(7);
-        if (auto eq = line.find('='); eq != std::string::npos)
-          s.env[line.substr(0, eq)] = line.substr(eq + 1);
-      }
-      if (s.at("QSP_SERVICES_TOPOLOGY") == "secure")
-        return std::make_pair(std::optional<secure_set>{s}, std::string{});
-      reasons += (reasons.empty() ? "" : "; ") + f + " describes another set";
-    }
-    return std::make_pair(std::optional<secure_set>{},
-                          "no secured set (" + reasons
-                            + "): run scripts/test, or start one with "
-                              "QSP_SERVICES_DIR=.services-secure scripts/services start --secure");
-  }();
-  if (why != nullptr)
-    *why = found.second;
-  return found.first ? &*found.first : nullptr;
+const test::service_set* secure_env(std::string* why) {
+  return test::find_set("secure", ".services-secure",
+                        "run scripts/test, or start one with QSP_SERVICES_DIR=.services-secure "
+                        "scripts/services start --secure",
+                        why);
 }
 
-#define REQUIRE_SECURE_SET()                               \
-  do {                                                     \
-    std::string why_;                                      \
-    if (secure_env(&why_) == nullptr) {                    \
-      if (std::getenv("QSP_REQUIRE_SECURE") != nullptr)    \
-        FAIL() << why_;                                    \
-      GTEST_SKIP() << why_;                                \
-    }                                                      \
-  } while (false)
+#define REQUIRE_SECURE_SET() REQUIRE_SERVICE_SET(secure_env, "QSP_REQUIRE_SECURE")
 
-const secure_set& S() { return *secure_env(nullptr); }
+const test::service_set& S() { return *secure_env(nullptr); }
 
 /// librdkafka properties of a SASL_SSL client as `user`.
 std::vector<std::pair<std::string, std::string>> sasl_props(const std::string& user,

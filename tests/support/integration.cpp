@@ -15,6 +15,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
+#include <optional>
+#include <mutex>
 #include <cerrno>
 #include <atomic>
 #include <random>
@@ -184,6 +187,67 @@ const services* ha_env(std::string* why) {
   if (why != nullptr)
     *why = found.second;
   return found.first ? &*found.first : nullptr;
+}
+
+std::map<std::string, std::string> read_env_file(const std::string& file) {
+  std::map<std::string, std::string> out;
+  std::ifstream in{file};
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("export ", 0) == 0)
+      line = line.substr(7);
+    if (auto eq = line.find('='); eq != std::string::npos)
+      out[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return out;
+}
+
+std::string service_set::at(const std::string& key) const {
+  auto i = env.find(key);
+  return i == env.end() ? std::string{} : i->second;
+}
+
+std::string service_set::secret(const std::string& file_key) const {
+  std::ifstream in{at(file_key)};
+  std::string s;
+  std::getline(in, s);
+  return s;
+}
+
+const service_set* find_set(const std::string& topology, const std::string& dir_name,
+                            const std::string& start_hint, std::string* why) {
+  static std::mutex mtx;
+  static std::map<std::string, std::pair<std::optional<service_set>, std::string>> found;
+  std::lock_guard<std::mutex> guard{mtx};
+  auto i = found.find(topology);
+  if (i == found.end()) {
+    std::vector<std::string> files;
+    if (const char* p = std::getenv("QSP_SERVICES_ENV"))
+      files.emplace_back(p);
+    files.emplace_back(std::string{QSP_SOURCE_DIR} + "/" + dir_name + "/env");
+    std::string reasons;
+    std::optional<service_set> hit;
+    for (auto& f : files) {
+      if (!std::ifstream{f}) {
+        reasons += (reasons.empty() ? "" : "; ") + ("cannot read " + f);
+        continue;
+      }
+      service_set s;
+      s.file = f;
+      s.dir = f.find('/') == std::string::npos ? "." : f.substr(0, f.rfind('/'));
+      s.env = read_env_file(f);
+      if (s.at("QSP_SERVICES_TOPOLOGY") == topology) {
+        hit = std::move(s);
+        break;
+      }
+      reasons += (reasons.empty() ? "" : "; ") + f + " describes another set";
+    }
+    std::string reason = hit ? std::string{}
+                             : "no " + topology + " set (" + reasons + "): " + start_hint;
+    i = found.emplace(topology, std::make_pair(std::move(hit), std::move(reason))).first;
+  }
+  if (why != nullptr)
+    *why = i->second.second;
+  return i->second.first ? &*i->second.first : nullptr;
 }
 
 int services_cmd(const services& s, const std::string& args) {

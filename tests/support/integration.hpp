@@ -67,6 +67,40 @@ const services* ha_env(std::string* why = nullptr);
     }                                                      \
   } while (false)
 
+/// KEY=VALUE lines of an env file ("export " prefixes allowed), read now.
+std::map<std::string, std::string> read_env_file(const std::string& file);
+
+/// A service set of scripts/services described by its env file
+/// (QSP_SERVICES_TOPOLOGY names it: "secure", "rcluster", ...).
+struct service_set {
+  std::map<std::string, std::string> env;
+  std::string file;
+  std::string dir;  ///< its QSP_SERVICES_DIR
+  /// The value of `key` ("" when absent).
+  std::string at(const std::string& key) const;
+  /// The first line of the file the value of `file_key` names (a password).
+  std::string secret(const std::string& file_key) const;
+};
+
+/// The set of `topology`: from QSP_SERVICES_ENV if that file describes it,
+/// else from <repo>/<dir_name>/env (where scripts/test starts it); nullptr
+/// otherwise, with the reason in `why` (naming `start_hint`).  Read once.
+const service_set* find_set(const std::string& topology, const std::string& dir_name,
+                            const std::string& start_hint, std::string* why);
+
+// In a gtest body: skips without the set found by `find`; fails instead
+// when the environment variable `require` is set (scripts/test), so a set
+// that is not found cannot pass as skipped.
+#define REQUIRE_SERVICE_SET(find, require)                 \
+  do {                                                     \
+    std::string why_;                                      \
+    if ((find)(&why_) == nullptr) {                        \
+      if (std::getenv(require) != nullptr)                 \
+        FAIL() << why_;                                    \
+      GTEST_SKIP() << why_;                                \
+    }                                                      \
+  } while (false)
+
 /// Runs `scripts/services ARGS` on the set `s` (QSP_SERVICES_DIR = its state
 /// dir), e.g. "kill-broker 2"; its exit code.
 int services_cmd(const services& s, const std::string& args);
