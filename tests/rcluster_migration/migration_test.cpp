@@ -47,35 +47,6 @@ constexpr int users = 3000;
 
 // -- the Redis Cluster set ---------------------------------------------------
 
-struct rc_set {
-  std::map<std::string, std::string> env;
-  std::string file;
-  std::string dir; ///< its QSP_SERVICES_DIR
-  std::string at(const std::string& k) const {
-    auto i = env.find(k);
-    return i == env.end() ? std::string{} : i->second;
-  }
-  std::string secret(const std::string& file_key) const {
-    std::ifstream in{at(file_key)};
-    std::string s;
-    std::getline(in, s);
-    return s;
-  }
-};
-
-std::map<std::string, std::string> read_env(const std::string& file) {
-  std::map<std::string, std::string> out;
-  std::ifstream in{file};
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("export ", 0) == 0)
-      line = line.substr(7);
-    if (auto eq = line.find('='); eq != std::string::npos)
-      out[line.substr(0, eq)] = line.substr(eq + 1);
-  }
-  return out;
-}
-
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out;
   std::string cur;
@@ -86,47 +57,16 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
-const rc_set* rc_env(std::string* why) {
-  static const std::pair<std::optional<rc_set>, std::string> found = [] {
-    std::vector<std::string> files;
-    if (const char* p = std::getenv("QSP_SERVICES_ENV"))
-      files.emplace_back(p);
-    files.emplace_back(QSP_SOURCE_DIR "/.services-rcluster/env");
-    std::string reasons;
-    for (auto& f : files) {
-      if (!std::ifstream{f}) {
-        reasons += (reasons.empty() ? "" : "; ") + ("cannot read " + f);
-        continue;
-      }
-      rc_set s;
-      s.env = read_env(f);
-      s.file = f;
-      s.dir = f.find('/') == std::string::npos ? "." : f.substr(0, f.rfind('/'));
-      if (s.at("QSP_SERVICES_TOPOLOGY") == "rcluster")
-        return std::make_pair(std::optional<rc_set>{s}, std::string{});
-      reasons += (reasons.empty() ? "" : "; ") + f + " describes another set";
-    }
-    return std::make_pair(std::optional<rc_set>{},
-                          "no Redis Cluster set (" + reasons
-                            + "): start one with QSP_SERVICES_DIR=.services-rcluster "
-                              "scripts/services start --redis-cluster");
-  }();
-  if (why != nullptr)
-    *why = found.second;
-  return found.first ? &*found.first : nullptr;
+const test::service_set* rc_env(std::string* why) {
+  return test::find_set("rcluster", ".services-rcluster",
+                        "start one with QSP_SERVICES_DIR=.services-rcluster scripts/services "
+                        "start --redis-cluster",
+                        why);
 }
 
-#define REQUIRE_RCLUSTER_SET()                             \
-  do {                                                     \
-    std::string why_;                                      \
-    if (rc_env(&why_) == nullptr) {                        \
-      if (std::getenv("QSP_REQUIRE_RCLUSTER") != nullptr)  \
-        FAIL() << why_;                                    \
-      GTEST_SKIP() << why_;                                \
-    }                                                      \
-  } while (false)
+#define REQUIRE_RCLUSTER_SET() REQUIRE_SERVICE_SET(rc_env, "QSP_REQUIRE_RCLUSTER")
 
-const rc_set& S() { return *rc_env(nullptr); }
+const test::service_set& S() { return *rc_env(nullptr); }
 
 redis::address parse_address(const std::string& hp) {
   auto c = hp.rfind(':');
