@@ -230,10 +230,10 @@ fi
 # The shipped conffile parses; what stops the node is its first secret, which
 # the template expects next to it.
 run_node rc out err verify --config-file="$conf"
-if [ "$rc" = 2 ] && contains "$err" "/etc/$NAME/redis-password"; then
-  ok "the conffile parses and names its secret /etc/$NAME/redis-password (exit 2)"
+if [ "$rc" = 2 ] && contains "$err" "/etc/$NAME/kafka-password"; then
+  ok "the conffile parses and names its secret /etc/$NAME/kafka-password (exit 2)"
 else
-  fail "verify --config-file=<conffile> (exit $rc, expected 2 naming /etc/$NAME/redis-password): $err"
+  fail "verify --config-file=<conffile> (exit $rc, expected 2 naming /etc/$NAME/kafka-password): $err"
 fi
 
 # -- 5. lintian ------------------------------------------------------------------------
