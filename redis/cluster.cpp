@@ -71,6 +71,29 @@ bool transient_cluster_error(std::string_view text) {
   return false;
 }
 
+caf::error scan_keys(connection& c, const std::string& pattern,
+                     const std::function<caf::error(const std::string& key)>& visit) {
+  std::string cursor = "0";
+  // Bounded: SCAN ends when the cursor comes back to 0; the guard stops a
+  // server that never does.
+  for (int guard = 0; guard < 1000000; ++guard) {
+    auto r = c.command({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"});
+    if (!r)
+      return r.error();
+    auto* rep = r->get();
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2)
+      return caf::make_error(ec::redis_reply, c.where() + ": unexpected reply to SCAN");
+    cursor.assign(rep->element[0]->str, rep->element[0]->len);
+    for (size_t k = 0; k < rep->element[1]->elements; ++k)
+      if (auto err = visit(std::string{rep->element[1]->element[k]->str,
+                                       rep->element[1]->element[k]->len}))
+        return err;
+    if (cursor == "0")
+      return caf::none;
+  }
+  return caf::make_error(ec::redis_reply, c.where() + ": SCAN never ended");
+}
+
 caf::expected<std::unique_ptr<cluster_router>> cluster_router::open(const settings& cfg) {
   std::unique_ptr<cluster_router> r{new cluster_router(cfg)};
   std::string failures;

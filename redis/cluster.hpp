@@ -5,6 +5,7 @@
 // a second client library: see docs/PERFORMANCE.md, "Redis Cluster mode".
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -41,6 +42,12 @@ std::optional<redirection> parse_redirection(std::string_view error_text);
 /// TRYAGAIN, CLUSTERDOWN, LOADING: the cluster is reorganising or
 /// recovering (transient: the node goes dirty and restarts).
 bool transient_cluster_error(std::string_view error_text);
+
+/// Every key of `c`'s server matching `pattern` (SCAN MATCH, 1000 a round,
+/// until the cursor returns to 0), handed to `visit`; an error of SCAN or
+/// of `visit` ends it.
+caf::error scan_keys(connection& c, const std::string& pattern,
+                     const std::function<caf::error(const std::string& key)>& visit);
 
 /// The slot map and one connection per primary, opened on first use.  Not
 /// thread-safe but for interrupt().

@@ -231,58 +231,46 @@ caf::expected<core::redis_cluster_state> read_cluster_state(cluster_router& rout
     auto c = router.at(address_of(router.map().shards()[j].primary), 1);
     if (!c)
       return c.error();
-    std::string cursor = "0";
-    // Bounded: SCAN ends when the cursor comes back to 0; the guard stops a
-    // server that never does.
-    for (int guard = 0; guard < 1000000; ++guard) {
-      auto r = (*c)->command({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"});
-      if (!r)
-        return r.error();
-      auto* rep = r->get();
-      if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2)
-        return caf::make_error(ec::redis_reply, (*c)->where() + ": unexpected reply to SCAN");
-      cursor.assign(rep->element[0]->str, rep->element[0]->len);
-      for (size_t k = 0; k < rep->element[1]->elements; ++k) {
-        std::string key{rep->element[1]->element[k]->str, rep->element[1]->element[k]->len};
-        auto copy = read_copy(**c, key);
-        if (!copy)
-          return copy.error();
-        if (!*copy || !**copy)
+    auto scanned = scan_keys(**c, pattern, [&](const std::string& key) -> caf::error {
+      auto copy = read_copy(**c, key);
+      if (!copy)
+        return copy.error();
+      if (!*copy || !**copy)
+        return caf::none;
+      auto& found = ***copy;
+      for (auto i : lost) {
+        auto& f = (*facts)[i];
+        // On the primary itself a copy counts by its history, whichever
+        // node wrote it (after a failover: the former primary); elsewhere
+        // only a copy naming this primary, written in its current history.
+        bool here = i == j;
+        if (!here && found.shard_node != f.node_id)
           continue;
-        auto& found = ***copy;
-        for (auto i : lost) {
-          auto& f = (*facts)[i];
-          // On the primary itself a copy counts by its history, whichever
-          // node wrote it (after a failover: the former primary); elsewhere
-          // only a copy naming this primary, written in its current history.
-          bool here = i == j;
-          if (!here && found.shard_node != f.node_id)
-            continue;
-          auto verdict = here ? judge_copy(found, f.replid, f.replid2)
-                              : (found.shard_replid == f.replid ? copy_verdict::valid
-                                                                : copy_verdict::foreign);
-          auto& r = st.shards[i];
-          if (verdict != copy_verdict::valid) {
-            if (r.copy == "absent")
-              take_copy(r, found, to_string(verdict), f.slots);
-            continue;
+        auto verdict = here ? judge_copy(found, f.replid, f.replid2)
+                            : (found.shard_replid == f.replid ? copy_verdict::valid
+                                                              : copy_verdict::foreign);
+        auto& r = st.shards[i];
+        if (verdict != copy_verdict::valid) {
+          if (r.copy == "absent")
+            take_copy(r, found, to_string(verdict), f.slots);
+          continue;
+        }
+        if (r.copy != "valid") {
+          take_copy(r, found, "valid", f.slots);
+        } else {
+          // Several valid copies: each proves its positions.
+          for (auto& [p, at] : found.positions) {
+            auto& cur = r.positions[p];
+            if (at.first > cur.first)
+              cur = at;
           }
-          if (r.copy != "valid") {
-            take_copy(r, found, "valid", f.slots);
-          } else {
-            // Several valid copies: each proves its positions.
-            for (auto& [p, at] : found.positions) {
-              auto& cur = r.positions[p];
-              if (at.first > cur.first)
-                cur = at;
-            }
-            r.slots_grew = r.slots_grew && !covers(found.slots, f.slots);
-          }
+          r.slots_grew = r.slots_grew && !covers(found.slots, f.slots);
         }
       }
-      if (cursor == "0")
-        break;
-    }
+      return caf::none;
+    });
+    if (scanned)
+      return scanned;
   }
   return st;
 }

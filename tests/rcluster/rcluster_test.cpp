@@ -329,32 +329,7 @@ long long delete_keys(const std::string& pattern) {
     ADD_FAILURE() << why;
     return -1;
   }
-  long long n = 0;
-  for (size_t i = 0; i < r->map().shards().size(); ++i) {
-    auto c = r->primary(i);
-    if (!c) {
-      ADD_FAILURE() << describe(c.error());
-      return -1;
-    }
-    std::string cursor = "0";
-    for (int round = 0; round < 100000; ++round) {
-      auto rep = (*c)->command({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"});
-      if (!rep) {
-        ADD_FAILURE() << describe(rep.error());
-        return -1;
-      }
-      auto* a = rep->get();
-      cursor = std::string{a->element[0]->str, a->element[0]->len};
-      for (size_t k = 0; k < a->element[1]->elements; ++k) {
-        auto* e = a->element[1]->element[k];
-        if ((*c)->command({"DEL", std::string{e->str, e->len}}))
-          ++n;
-      }
-      if (cursor == "0")
-        break;
-    }
-  }
-  return n;
+  return test::delete_cluster_keys(*r, pattern);
 }
 
 // -- the model and Redis ----------------------------------------------------

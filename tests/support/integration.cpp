@@ -189,6 +189,27 @@ const services* ha_env(std::string* why) {
   return found.first ? &*found.first : nullptr;
 }
 
+long long delete_cluster_keys(redis::cluster_router& router, const std::string& pattern) {
+  long long n = 0;
+  for (size_t i = 0; i < router.map().shards().size(); ++i) {
+    auto c = router.primary(i);
+    if (!c) {
+      ADD_FAILURE() << describe(c.error());
+      return -1;
+    }
+    auto err = redis::scan_keys(**c, pattern, [&](const std::string& key) {
+      if ((*c)->command({"DEL", key}))
+        ++n;
+      return caf::error{};
+    });
+    if (err) {
+      ADD_FAILURE() << describe(err);
+      return -1;
+    }
+  }
+  return n;
+}
+
 std::map<std::string, std::string> read_env_file(const std::string& file) {
   std::map<std::string, std::string> out;
   std::ifstream in{file};

@@ -17,6 +17,7 @@
 #include "qsession/projection/settings.hpp"
 #include "kafka/admin.hpp"
 #include "kafka/producer.hpp"
+#include "redis/cluster.hpp"
 #include "redis/connection.hpp"
 
 namespace qsp::test {
@@ -66,6 +67,10 @@ const services* ha_env(std::string* why = nullptr);
       GTEST_SKIP() << why_;                                \
     }                                                      \
   } while (false)
+
+/// Every key matching `pattern` on every primary of `router`, DELeted
+/// (redis::scan_keys); how many, or -1 after an ADD_FAILURE naming the error.
+long long delete_cluster_keys(redis::cluster_router& router, const std::string& pattern);
 
 /// KEY=VALUE lines of an env file ("export " prefixes allowed), read now.
 std::map<std::string, std::string> read_env_file(const std::string& file);
