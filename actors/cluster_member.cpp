@@ -6,16 +6,6 @@
 
 namespace qsp {
 
-namespace {
-
-int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-           std::chrono::system_clock::now().time_since_epoch())
-    .count();
-}
-
-} // namespace
-
 member_actor::behavior_type cluster_member(member_actor::stateful_pointer<member_state> self,
                                            projection_settings cfg, std::string node,
                                            std::shared_ptr<port_factory> ports,
@@ -42,7 +32,7 @@ member_actor::behavior_type cluster_member(member_actor::stateful_pointer<member
         rep.error = describe(s.error());
         return rep;
       }
-      auto fenced = (*s)->publish(cfg.topic, node, mine, ttl, now_ms());
+      auto fenced = (*s)->publish(cfg.topic, node, mine, ttl, io->wall_now());
       if (!fenced) {
         self->state.store.reset();
         rep.error = describe(fenced.error());

@@ -1,12 +1,22 @@
 #include "actors/generation.hpp"
 
 #include <algorithm>
+#include <chrono>
 
 #include "caf/event_based_actor.hpp"
 
 namespace qsp {
 
 // -- generation ---------------------------------------------------------------
+
+int64_t generation::wall_now() const {
+  if (wall_ms)
+    return wall_ms();
+  // The default wall clock (no projection_options::wall_clock).
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+           std::chrono::system_clock::now().time_since_epoch())
+    .count();
+}
 
 void generation::abort() {
   std::vector<hook> hooks;

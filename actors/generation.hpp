@@ -29,6 +29,12 @@ struct generation {
   std::shared_ptr<broker_inspector> broker;
   /// The projection's log (every line tagged with topic and namespace).
   log_ptr logs;
+  /// The projection's wall clock (projection_options::wall_clock), set by
+  /// the supervisor; empty: the system clock.  Read through wall_now().
+  std::function<int64_t()> wall_ms;
+  /// Unix milliseconds now, as the projection sees them (ownership claims,
+  /// heartbeats): the only wall-clock read of the actors.
+  int64_t wall_now() const;
 
   /// Ownership (DESIGN.md §12), set by the supervisor before the verifier
   /// runs: every partition (`all`), or the ones in `owned`.  The verifier

@@ -3,6 +3,7 @@
 #include "actors/inspection.hpp"
 
 #include "caf/event_based_actor.hpp"
+#include "core/mutants.hpp"
 
 namespace qsp {
 
@@ -48,6 +49,8 @@ fence_actor::behavior_type identity_fence(fence_actor::stateful_pointer<fence_st
   return {
     [=](atom::check) -> caf::result<uint64_t> {
       auto& st = self->state;
+      if (mutant::active() == mutant::id::stale_fence && st.checks > 0)
+        return st.checks; // planted bug: the last check, started before the fetch
       auto rp = self->make_response_promise<uint64_t>();
       st.waiting.push_back(rp);
       if (!st.delayed) {

@@ -3,7 +3,6 @@
 #include "actors/inspection.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <set>
 #include <utility>
 
@@ -14,12 +13,6 @@ namespace qsp {
 // -- metadata verifier --------------------------------------------------------
 
 namespace {
-
-int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-           std::chrono::system_clock::now().time_since_epoch())
-    .count();
-}
 
 // DESIGN.md §12, "Decision — re-claim": claim before reading, so the
 // checkpoints read afterwards can no longer move under a former owner (its
@@ -33,7 +26,7 @@ caf::error claim(const projection_settings& cfg, generation& gen, checkpoint_sto
   for (auto p : parts) {
     auto i = known.find(p);
     uint64_t mine = i == known.end() ? 0 : i->second;
-    auto epoch = store.claim(cfg.topic, p, gen.node, now_ms(), mine);
+    auto epoch = store.claim(cfg.topic, p, gen.node, gen.wall_now(), mine);
     if (!epoch)
       return epoch.error();
     gen.record_claim(p, *epoch);

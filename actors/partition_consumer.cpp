@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "caf/event_based_actor.hpp"
+#include "core/mutants.hpp"
 
 namespace qsp {
 
@@ -62,6 +63,8 @@ partition_consumer(consumer_actor::stateful_pointer<consumer_state> self, projec
   st.topic = cfg.topic;
   st.partition = partition;
   st.sent_end = start;
+  if (mutant::active() == mutant::id::skip_after_redelivery && start > 0)
+    st.sent_end = start + 1; // planted bug: resumes past the checkpoint
   // Wake-ups: at most one atom::poll and one atom::tick are queued at any
   // time (a queued poll sees the latest state when it runs, so a second one
   // would only duplicate it, and duplicated ticks would multiply), plus the

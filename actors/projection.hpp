@@ -3,6 +3,7 @@
 // the deterministic actor tests call it with in-memory fakes.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 
@@ -33,6 +34,10 @@ struct projection_options {
   std::weak_ptr<void> io;
   /// Runs once when the supervisor ends, however it ends.
   std::function<void()> on_end;
+  /// Unix milliseconds the projection reads as the wall clock (ownership
+  /// claims, heartbeats); empty: the system clock.  The test kit injects its
+  /// manual clock.
+  std::function<int64_t()> wall_clock;
 };
 
 /// Validates the settings and spawns the supervisor, which starts at once.

@@ -250,6 +250,7 @@ void start_generation(supervisor_pointer self) {
   auto gen = std::make_shared<generation>();
   gen->ports = st.ports;
   gen->logs = st.logs;
+  gen->wall_ms = st.opts.wall_clock;
   gen->own_all = !st.cfg.clustered();
   gen->owned = st.own.owned();
   gen->set_claims(st.own.epochs());
@@ -443,6 +444,7 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
                         + core::format_partition_list(std::vector<int32_t>(
                           st.own.owned().begin(), st.own.owned().end())));
     st.member_io = std::make_shared<qsp::generation>();
+    st.member_io->wall_ms = st.opts.wall_clock;
     st.member = st.opts.detached_io ? self->spawn<caf::detached>(cluster_member, st.cfg, st.node,
                                                                  st.ports, st.member_io)
                                     : self->spawn(cluster_member, st.cfg, st.node, st.ports,

@@ -1,0 +1,46 @@
+#include "core/mutants.hpp"
+
+#include <atomic>
+
+namespace qsp::mutant {
+
+namespace {
+
+// The one switch (see mutants.hpp): written only by the mutation tests.
+std::atomic<id> current{id::none};
+
+constexpr id all[] = {id::none, id::checkpoint_before_reply, id::skip_after_redelivery,
+                      id::stale_fence};
+
+} // namespace
+
+id active() noexcept {
+  return current.load(std::memory_order_relaxed);
+}
+
+void activate(id x) noexcept {
+  current.store(x, std::memory_order_relaxed);
+}
+
+const char* name(id x) noexcept {
+  switch (x) {
+    case id::none:
+      return "none";
+    case id::checkpoint_before_reply:
+      return "checkpoint_before_reply";
+    case id::skip_after_redelivery:
+      return "skip_after_redelivery";
+    case id::stale_fence:
+      return "stale_fence";
+  }
+  return "unknown";
+}
+
+std::optional<id> from_name(std::string_view text) noexcept {
+  for (auto x : all)
+    if (text == name(x))
+      return x;
+  return std::nullopt;
+}
+
+} // namespace qsp::mutant
