@@ -18,6 +18,31 @@ int64_t generation::wall_now() const {
     .count();
 }
 
+caf::error generation::judge_primaries(const std::map<std::string, std::string>& judged) {
+  std::lock_guard<std::mutex> g{mtx_};
+  if (primaries_.empty()) {
+    primaries_ = judged;
+    return caf::none;
+  }
+  for (auto& [node, replid] : primaries_) {
+    auto i = judged.find(node);
+    if (i != judged.end() && i->second != replid)
+      return caf::make_error(ec::redis_unavailable,
+                             "redis cluster: primary " + node
+                               + " changed its replication history during this generation (a "
+                                 "restart without its data): restarting from the copies");
+  }
+  for (auto& [node, replid] : judged)
+    if (primaries_.count(node) == 0)
+      primaries_[node] = replid;
+  return caf::none;
+}
+
+std::map<std::string, std::string> generation::primaries() const {
+  std::lock_guard<std::mutex> g{mtx_};
+  return primaries_;
+}
+
 void generation::abort() {
   std::vector<hook> hooks;
   {

@@ -6,6 +6,8 @@
 #include <memory>
 #include <map>
 #include <mutex>
+
+#include "caf/error.hpp"
 #include <set>
 #include <string>
 #include <vector>
@@ -51,6 +53,14 @@ struct generation {
   void record_claim(int32_t partition, uint64_t epoch);
   std::map<int32_t, uint64_t> claims() const;
 
+  /// Redis Cluster mode (DESIGN.md §15): the primaries (node id -> replid)
+  /// whose copies this generation's verification judged.  A later
+  /// verification of the same generation (partitions added) that finds one
+  /// of them failed over answers an error: the whole generation restarts
+  /// and re-judges every partition.  Thread-safe.
+  caf::error judge_primaries(const std::map<std::string, std::string>& judged);
+  std::map<std::string, std::string> primaries() const;
+
   /// Interrupts every tracked store now and every store tracked later.
   void abort();
   bool aborted() const;
@@ -81,6 +91,7 @@ private:
   };
   void add_hook(std::weak_ptr<const void> target, std::function<void()> interrupt);
   mutable std::mutex mtx_;
+  std::map<std::string, std::string> primaries_;
   std::map<int32_t, uint64_t> claims_;
   bool aborted_ = false;
   std::vector<hook> hooks_;

@@ -62,6 +62,15 @@ caf::expected<inspection> inspect_for(const projection_settings& cfg, generation
   }
   if (!r->ok())
     return refusal(r->problems);
+  // Redis Cluster mode: the primaries' histories the copies were judged
+  // by; the writer writes copies only to them (session_store::expect_primaries).
+  if (!r->cluster.shards.empty()) {
+    std::map<std::string, std::string> judged;
+    for (auto& s : r->cluster.shards)
+      judged[s.node_id] = s.replid;
+    if (auto err = gen.judge_primaries(judged))
+      return err;
+  }
   if (r->maxmemory_policy != "noeviction" && gen.logs)
     gen.logs->warn("redis maxmemory-policy is {}, allowed by redis.allow-eviction: keys may be "
                    "evicted if maxmemory is ever reached",

@@ -230,6 +230,9 @@ caf::expected<bool> writer_state::send(const partition_batch& b,
       return s.error();
     sessions = std::move(*s);
     gen->track(sessions);
+    // Redis Cluster mode: copies go only to the primaries this generation's
+    // start judged (a store made later must not learn a promoted replica).
+    sessions->expect_primaries(gen->primaries());
   }
   auto& ups = coalesce(b);
   if (!ups.empty())

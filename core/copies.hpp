@@ -22,7 +22,10 @@
 //   seeded (written at the checkpoints, then WAIT for every replica of
 //   every shard); once marked, it may have lost everything the copy would
 //   have covered: refuse, naming the shard (OPERATIONS.md, "A shard without
-//   a copy").
+//   a copy").  A valid copy that does not name a checkpointed partition
+//   (first checkpointed after the seed, its first copy lost in a failover)
+//   is that primary's proof that the partition had no position then: the
+//   partition is replayed from offset 0.
 // - A copy that cannot be read, or whose identity differs from the
 //   namespace's, refuses (fail closed).
 #pragma once

@@ -167,6 +167,16 @@ public:
     (void) positions;
     return caf::unit;
   }
+  /// Redis Cluster mode: the primaries (node id -> master_replid) whose
+  /// copies the generation's start judged.  write_copies then refuses
+  /// (ec::redis_unavailable) while any of them failed over (a promoted
+  /// replica's replid2 is its replid) or restarted without its data (same
+  /// node, another replid): a copy written there could vouch for writes the
+  /// failover lost.  The writer restarts, and the start replays from the
+  /// copies.  Other modes: ignored (the default).
+  virtual void expect_primaries(const std::map<std::string, std::string>& node_replids) {
+    (void) node_replids;
+  }
   /// Callable from any thread: a call blocked in I/O on this store returns
   /// promptly with an error, and so does every later call.
   virtual void interrupt() {}

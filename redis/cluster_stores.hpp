@@ -50,6 +50,9 @@ public:
   caf::expected<void>
   write_copies(const core::identity& id,
                const std::map<int32_t, std::pair<int64_t, int32_t>>& positions) override;
+  void expect_primaries(const std::map<std::string, std::string>& node_replids) override {
+    expected_ = node_replids;
+  }
   void interrupt() override;
 
   /// Redirections followed so far (MOVED, ASK), for the metrics.
@@ -57,6 +60,8 @@ public:
   uint64_t asked() const { return asked_; }
 
 private:
+  /// The primaries (node id -> replid) the generation's start judged.
+  std::map<std::string, std::string> expected_;
   redis_cluster_session_store(std::unique_ptr<cluster_router> r, std::shared_ptr<metrics> stats)
     : router_(std::move(r)), stats_(std::move(stats)) {}
   void count(const address& to, const metrics::shard_counters& add) {

@@ -145,4 +145,27 @@ CAF_TEST(a primary without a copy once the copies are established refuses naming
   CAF_CHECK(world->copy_writes.empty());
 }
 
+// Found by the test kit's randomized schedules: a partition first
+// checkpointed after the seed has no field in the seeded copy; a failover
+// that loses its first copy leaves a valid copy without it.  The partition
+// is replayed from the start of its log, not refused.
+CAF_TEST(a valid copy without a checkpointed partition replays it from the log start) {
+  fill(0, 20);
+  three_shards({{"valid", 20}, {"valid", -1}, {"valid", 20}});
+  seed_checkpoints({{0, 20}});
+  mark_copies();
+  // The entries the failed-over primary lost (the replay restores them).
+  world->sessions.clear();
+  floor.clear();
+  h0 = world->lsos();
+  start();
+  CAF_REQUIRE(drive_to("ready"));
+  auto at = assigned_at(0);
+  CAF_REQUIRE(!at.empty());
+  CAF_CHECK_EQUAL(at.front(), 0);
+  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{20});
+  check_every_copy_followed_its_replies();
+  CAF_CHECK(world->sessions == expected_sessions());
+}
+
 CAF_TEST_FIXTURE_SCOPE_END()

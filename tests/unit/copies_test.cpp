@@ -59,9 +59,15 @@ TEST(Copies, AFirstStartSeedsAndAnEstablishedOneRefusesAPrimaryWithoutACopy) {
   ASSERT_EQ(later.problems.size(), 2u);
   EXPECT_NE(later.problems[0].reason.find("n1"), std::string::npos);
   EXPECT_NE(later.problems[1].reason.find("n2"), std::string::npos);
-  // A valid copy without this partition is no copy of it either.
-  c.shards = {primary("n1", "valid")};
-  EXPECT_EQ(judge_copies(c, {{0, 10}}, meta).problems.size(), 1u);
+  // A valid copy without this partition: the partition had no position in
+  // that history (first checkpointed after the seed, its first copy lost in
+  // a failover): replayed from the start of its log, not refused (found by
+  // the test kit's randomized schedules, which ended refused).
+  c.shards = {primary("n1", "valid"), primary("n2", "valid", 8)};
+  auto unnamed = judge_copies(c, {{0, 10}}, meta);
+  EXPECT_TRUE(unnamed.problems.empty());
+  ASSERT_EQ(unnamed.replay_from.count(0), 1u);
+  EXPECT_EQ(unnamed.replay_from.at(0), (std::pair<int64_t, int32_t>{0, -1}));
   // Nothing checkpointed: nothing to vouch for.
   EXPECT_TRUE(judge_copies(c, {}, meta).problems.empty());
 }
