@@ -8,6 +8,12 @@ set(qsp_cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/QsessionProjection)
 
 install(TARGETS qsession_projection EXPORT QsessionProjectionTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+# The test kit (docs/TESTING.md): always installed with the library, so
+# `find_package(QsessionProjection COMPONENTS testkit)` finds it.
+if(TARGET qsession_projection_testkit)
+  install(TARGETS qsession_projection_testkit EXPORT QsessionProjectionTargets
+          ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+endif()
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.hpp")
 install(FILES ${PROJECT_BINARY_DIR}/include/qsession/projection/config.hpp

@@ -1,10 +1,20 @@
-#include "tests/support/fakes.hpp"
+#include "testkit/fakes.hpp"
 
 #include "core/cluster.hpp"
 #include "core/dispatch.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <stdexcept>
+#include <string_view>
+
+namespace qsp::redis {
+
+// Declared in redis/cluster_map.hpp, which includes hiredis's headers: the
+// test kit is built without them.  Defined in the library (redis/cluster_map.cpp).
+uint16_t key_slot(std::string_view key) noexcept;
+
+} // namespace qsp::redis
 
 namespace qsp::test {
 
@@ -19,6 +29,23 @@ caf::error frozen(const std::string& what) {
 caf::error failure(const fault& f, ec fallback, const std::string& what) {
   auto code = f.code == ec::unspecified ? fallback : f.code;
   return caf::make_error(code, "fake: injected failure: " + what);
+}
+
+constexpr int64_t slot_count = 16384;
+
+/// Whether `slots` (a shard_report's "a-b,c,...") names `slot`.
+bool serves(std::string_view slots, uint16_t slot) {
+  while (!slots.empty()) {
+    auto comma = slots.find(',');
+    auto item = slots.substr(0, comma);
+    slots = comma == std::string_view::npos ? std::string_view{} : slots.substr(comma + 1);
+    auto dash = item.find('-');
+    auto first = core::parse_decimal(item.substr(0, dash));
+    auto last = dash == std::string_view::npos ? first : core::parse_decimal(item.substr(dash + 1));
+    if (first && last && *first <= slot && slot <= *last)
+      return true;
+  }
+  return false;
 }
 
 } // namespace
@@ -51,6 +78,13 @@ int64_t fake_partition::lso() const {
   return result;
 }
 
+int64_t fake_partition::end_offset_for_epoch(int32_t epoch) const {
+  // Epochs never decrease along the log (appends take the current one).
+  auto i = std::partition_point(log.begin(), log.end(),
+                                [epoch](const log_entry& e) { return e.epoch <= epoch; });
+  return static_cast<int64_t>(i - log.begin());
+}
+
 // -- fake_world: log ---------------------------------------------------------------
 
 fake_world::fake_world(int32_t partition_count)
@@ -70,12 +104,18 @@ const fake_partition& fake_world::part(int32_t p) const {
   return const_cast<fake_world*>(this)->part(p);
 }
 
+log_entry& fake_world::push_entry(int32_t p, std::string value, entry_kind kind, int64_t txn) {
+  auto& fp = part(p);
+  fp.log.push_back(log_entry{fp.end(), std::move(value), kind, txn, fp.leader_epoch,
+                             now_ms ? now_ms() : 0});
+  return fp.log.back();
+}
+
 int64_t fake_world::append_raw(int32_t p, std::string value) {
   lock g{mtx};
-  auto& fp = part(p);
-  fp.log.push_back(log_entry{fp.end(), std::move(value), entry_kind::data, 0});
+  auto off = push_entry(p, std::move(value), entry_kind::data, 0).offset;
   wake(p);
-  return fp.log.back().offset;
+  return off;
 }
 
 void fake_world::wake(int32_t p) {
@@ -96,10 +136,9 @@ int64_t fake_world::append(int32_t p, std::string conversation, int64_t created_
 
 int64_t fake_world::append_marker(int32_t p) {
   lock g{mtx};
-  auto& fp = part(p);
-  fp.log.push_back(log_entry{fp.end(), {}, entry_kind::marker, 0});
+  auto off = push_entry(p, {}, entry_kind::marker, 0).offset;
   wake(p);
-  return fp.log.back().offset;
+  return off;
 }
 
 int64_t fake_world::begin_txn(int32_t p) {
@@ -115,8 +154,7 @@ int64_t fake_world::append_txn(int32_t p, int64_t txn, const core::dispatch& d) 
   auto& fp = part(p);
   if (fp.open.count(txn) == 0)
     throw std::logic_error("fake_world: transaction not open");
-  fp.log.push_back(log_entry{fp.end(), core::encode_json(d), entry_kind::data, txn});
-  return fp.log.back().offset;
+  return push_entry(p, core::encode_json(d), entry_kind::data, txn).offset;
 }
 
 int64_t fake_world::commit_txn(int32_t p, int64_t txn) {
@@ -124,9 +162,9 @@ int64_t fake_world::commit_txn(int32_t p, int64_t txn) {
   auto& fp = part(p);
   if (fp.open.erase(txn) == 0)
     throw std::logic_error("fake_world: transaction not open");
-  fp.log.push_back(log_entry{fp.end(), {}, entry_kind::marker, txn});
+  auto off = push_entry(p, {}, entry_kind::marker, txn).offset;
   wake(p);
-  return fp.log.back().offset;
+  return off;
 }
 
 int64_t fake_world::abort_txn(int32_t p, int64_t txn) {
@@ -137,15 +175,69 @@ int64_t fake_world::abort_txn(int32_t p, int64_t txn) {
   for (auto& e : fp.log)
     if (e.txn == txn && e.kind == entry_kind::data)
       e.kind = entry_kind::aborted;
-  fp.log.push_back(log_entry{fp.end(), {}, entry_kind::marker, txn});
+  auto off = push_entry(p, {}, entry_kind::marker, txn).offset;
   wake(p);
-  return fp.log.back().offset;
+  return off;
 }
 
 void fake_world::truncate(int32_t p, int64_t low) {
   lock g{mtx};
   auto& fp = part(p);
   fp.low = std::min(std::max(fp.low, low), fp.end());
+}
+
+void fake_world::unclean_truncate(int32_t p, int64_t to) {
+  lock g{mtx};
+  auto& fp = part(p);
+  to = std::min(std::max<int64_t>(to, 0), fp.end());
+  fp.log.resize(static_cast<size_t>(to));
+  fp.low = std::min(fp.low, to);
+  for (auto i = fp.open.begin(); i != fp.open.end();)
+    i = i->second >= to ? fp.open.erase(i) : std::next(i);
+  ++fp.leader_epoch;
+  // librdkafka learns of the new leader and wakes the fetcher's queue.
+  wake(p);
+}
+
+void fake_world::recreate_topic() {
+  lock g{mtx};
+  auto n = static_cast<uint64_t>(partitions.size());
+  ++topic_incarnation;
+  // A new id: default_topic_id(1) is the first topic's; skip any in use.
+  for (uint64_t k = topic_incarnation + 1;; ++k)
+    if (auto id = default_topic_id(k); id != topic_id) {
+      topic_id = id;
+      break;
+    }
+  partitions.assign(static_cast<size_t>(n), fake_partition{});
+  for (int32_t p = 0; p < partition_count(); ++p)
+    wake(p);
+}
+
+void fake_world::add_partitions(int32_t n) {
+  lock g{mtx};
+  if (n > 0)
+    partitions.resize(partitions.size() + static_cast<size_t>(n));
+}
+
+void fake_world::broker_errors(int64_t n) {
+  lock g{mtx};
+  inspect_fault.arm(n);
+  identity_fault.arm(n);
+  poll_fault.arm(n);
+}
+
+int64_t fake_world::visible_end(int32_t p) const {
+  lock g{mtx};
+  auto& fp = part(p);
+  if (broker_delay_ms <= 0 || !now_ms)
+    return fp.end();
+  auto now = now_ms();
+  // Appends come in time order: the visible ones are a prefix.
+  auto i = std::partition_point(fp.log.begin(), fp.log.end(), [&](const log_entry& e) {
+    return e.appended_ms + broker_delay_ms <= now;
+  });
+  return static_cast<int64_t>(i - fp.log.begin());
 }
 
 core::watermarks fake_world::marks(int32_t p) const {
@@ -228,6 +320,265 @@ std::optional<int64_t> fake_world::score(const std::string& user, const std::str
   return c->second;
 }
 
+// -- fake_world: Redis faults, the undo journal -------------------------------------
+
+caf::error fake_world::redis_refused(const std::string& what) {
+  ++redis_resets;
+  return caf::make_error(ec::redis_unavailable, "fake redis: connection refused: " + what);
+}
+
+fake_world::write_scope::write_scope(fake_world& world) : w(world) {
+  if (w.write_depth_++ == 0) {
+    w.open_ = redis_write{};
+    w.noted_keys_.clear();
+    w.noted_members_.clear();
+    w.noted_copies_.clear();
+  }
+}
+
+fake_world::write_scope::~write_scope() {
+  if (--w.write_depth_ > 0 || w.open_.undo.empty())
+    return;
+  w.journal_.push_back(std::move(w.open_));
+  w.open_ = redis_write{};
+  ++w.writes_;
+  while (w.journal_.size() > 100000)
+    w.journal_.pop_front();
+}
+
+void fake_world::note_key(const std::string& key) {
+  if (write_depth_ == 0 || !noted_keys_.insert(key).second)
+    return;
+  redis_undo u;
+  u.what = redis_undo::kind::key;
+  u.key = key;
+  if (auto i = hashes.find(key); i != hashes.end())
+    u.hash = i->second;
+  if (auto i = strings.find(key); i != strings.end())
+    u.text = i->second;
+  if (auto i = expires_at.find(key); i != expires_at.end())
+    u.number = i->second;
+  open_.undo.push_back(std::move(u));
+}
+
+void fake_world::note_member(const std::string& user, const std::string& conv) {
+  if (write_depth_ == 0 || !noted_members_.insert({user, conv}).second)
+    return;
+  redis_undo u;
+  u.what = redis_undo::kind::member;
+  u.key = user;
+  u.member = conv;
+  u.number = score(user, conv);
+  open_.undo.push_back(std::move(u));
+}
+
+void fake_world::note_copy(size_t shard) {
+  if (write_depth_ == 0 || shard >= cluster.shards.size() || !noted_copies_.insert(shard).second)
+    return;
+  auto& sh = cluster.shards[shard];
+  redis_undo u;
+  u.what = redis_undo::kind::copy;
+  u.shard = shard;
+  u.copy = sh.copy;
+  u.copy_replid = sh.copy_replid;
+  u.positions = sh.positions;
+  open_.undo.push_back(std::move(u));
+}
+
+void fake_world::undo(const redis_undo& u) {
+  switch (u.what) {
+    case redis_undo::kind::key:
+      if (u.hash)
+        hashes[u.key] = *u.hash;
+      else
+        hashes.erase(u.key);
+      if (u.text)
+        strings[u.key] = *u.text;
+      else
+        strings.erase(u.key);
+      if (u.number)
+        expires_at[u.key] = *u.number;
+      else
+        expires_at.erase(u.key);
+      break;
+    case redis_undo::kind::member:
+      if (u.number) {
+        sessions[u.key][u.member] = *u.number;
+      } else if (auto i = sessions.find(u.key); i != sessions.end()) {
+        i->second.erase(u.member);
+        if (i->second.empty())
+          sessions.erase(i); // an empty sorted set does not exist
+      }
+      break;
+    case redis_undo::kind::copy:
+      if (u.shard < cluster.shards.size()) {
+        auto& sh = cluster.shards[u.shard];
+        sh.copy = u.copy;
+        sh.copy_replid = u.copy_replid;
+        sh.positions = u.positions;
+      }
+      break;
+  }
+}
+
+void fake_world::zadd(const std::vector<applied_update>& ups, size_t limit) {
+  write_scope w{*this};
+  limit = std::min(limit, ups.size());
+  for (size_t i = 0; i < limit; ++i)
+    for (auto& [conv, sc] : ups[i].members) {
+      note_member(ups[i].user, conv);
+      auto& set = sessions[ups[i].user];
+      auto [it, fresh] = set.emplace(conv, sc);
+      if (!fresh && sc > it->second) // GT: only ever raise a score
+        it->second = sc;
+    }
+}
+
+size_t fake_world::redis_writes() const {
+  lock g{mtx};
+  return writes_;
+}
+
+size_t fake_world::redis_rollback(size_t n) {
+  lock g{mtx};
+  size_t undone = 0;
+  for (; undone < n && !journal_.empty(); ++undone) {
+    auto& w = journal_.back();
+    for (auto u = w.undo.rbegin(); u != w.undo.rend(); ++u)
+      undo(*u);
+    journal_.pop_back();
+  }
+  ++redis_resets;
+  return undone;
+}
+
+bool fake_world::evict(const std::string& key) {
+  lock g{mtx};
+  bool existed = hashes.erase(key) > 0;
+  existed = strings.erase(key) > 0 || existed;
+  expires_at.erase(key);
+  if (key.compare(0, convs_prefix.size(), convs_prefix) == 0) {
+    auto user = key.substr(convs_prefix.size());
+    if (auto i = sessions.find(user); i != sessions.end()) {
+      existed = existed || !i->second.empty();
+      sessions.erase(i);
+    }
+  }
+  return existed;
+}
+
+std::vector<std::string> fake_world::keys() const {
+  lock g{mtx};
+  std::set<std::string> out;
+  for (auto& [k, h] : hashes)
+    out.insert(k);
+  for (auto& [k, v] : strings)
+    out.insert(k);
+  for (auto& [user, set] : sessions)
+    if (!set.empty())
+      out.insert(convs_prefix + user);
+  return {out.begin(), out.end()};
+}
+
+// -- fake_world: Redis Cluster mode ------------------------------------------------
+
+std::string fake_world::next_replid() {
+  // 40 hex digits, distinct per call (and per world: seeded by its address).
+  uint64_t x = ++replids_ * 0x9e3779b97f4a7c15ULL;
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%016llx%016llx%08llx",
+                static_cast<unsigned long long>(x),
+                static_cast<unsigned long long>(x ^ 0xc2b2ae3d27d4eb4fULL),
+                static_cast<unsigned long long>(replids_ & 0xffffffffULL));
+  return buf;
+}
+
+void fake_world::make_redis_cluster(int32_t shards) {
+  lock g{mtx};
+  cluster = core::redis_cluster_state{};
+  if (shards <= 0)
+    return;
+  auto n = static_cast<int64_t>(shards);
+  for (int64_t i = 0; i < n; ++i) {
+    core::shard_report s;
+    char id[48];
+    std::snprintf(id, sizeof id, "%040llx", static_cast<unsigned long long>(i + 1));
+    s.node_id = id;
+    s.address = "127.0.0.1:" + std::to_string(7000 + i);
+    auto first = i * slot_count / n, last = (i + 1) * slot_count / n - 1;
+    s.slots = std::to_string(first) + "-" + std::to_string(last);
+    s.replicas = 1;
+    s.version = server_version;
+    s.maxmemory_policy = maxmemory_policy;
+    s.cluster_state = "ok";
+    s.replid = next_replid();
+    s.replid2 = std::string(40, '0');
+    s.copy = "absent";
+    cluster.shards.push_back(std::move(s));
+  }
+}
+
+int32_t fake_world::shard_of(const std::string& key) const {
+  lock g{mtx};
+  auto slot = redis::key_slot(key);
+  for (size_t i = 0; i < cluster.shards.size(); ++i)
+    if (serves(cluster.shards[i].slots, slot))
+      return static_cast<int32_t>(i);
+  return -1;
+}
+
+int32_t fake_world::shard_of(const redis_undo& u) const {
+  switch (u.what) {
+    case redis_undo::kind::key:
+      return shard_of(u.key);
+    case redis_undo::kind::member:
+      return shard_of(convs_prefix + u.key);
+    case redis_undo::kind::copy:
+      return static_cast<int32_t>(u.shard);
+  }
+  return -1;
+}
+
+void fake_world::wait_all_replicas() {
+  lock g{mtx};
+  journal_.clear();
+}
+
+size_t fake_world::shard_failover(int32_t shard, size_t n) {
+  lock g{mtx};
+  if (shard < 0 || static_cast<size_t>(shard) >= cluster.shards.size())
+    return 0;
+  size_t affected = 0;
+  for (size_t i = journal_.size(); i-- > 0 && affected < n;) {
+    auto& undo_list = journal_[i].undo;
+    bool touched = false;
+    for (size_t j = undo_list.size(); j-- > 0;)
+      if (shard_of(undo_list[j]) == shard) {
+        undo(undo_list[j]);
+        undo_list.erase(undo_list.begin() + static_cast<std::ptrdiff_t>(j));
+        touched = true;
+      }
+    if (!touched)
+      continue;
+    ++affected;
+    if (undo_list.empty())
+      journal_.erase(journal_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+  auto& sh = cluster.shards[static_cast<size_t>(shard)];
+  sh.replid2 = sh.replid;
+  sh.replid = next_replid();
+  ++redis_resets;
+  return affected;
+}
+
+std::string fake_world::copy_verdict(const core::shard_report& sh) {
+  // A copy names the history it was written in (redis/cluster_map.hpp).
+  if (sh.copy == "valid" && !sh.copy_replid.empty() && sh.copy_replid != sh.replid
+      && sh.copy_replid != sh.replid2)
+    return "foreign";
+  return sh.copy;
+}
+
 void fake_world::maybe_change_identity() {
   if (change_identity_after < 0)
     return;
@@ -267,6 +618,8 @@ caf::expected<broker_state> fake_broker_inspector::inspect(const std::string& to
   ++w_->calls.inspect;
   w_->maybe_change_identity();
   auto answer = w_->timed_identity_read([&]() -> caf::expected<broker_state> {
+    if (w_->broker_down)
+      return caf::make_error(ec::kafka_unavailable, "fake: broker down: describe topic " + topic);
     if (w_->inspect_fault.fire())
       return failure(w_->inspect_fault, ec::kafka_unavailable, "describe topic " + topic);
     if (topic != w_->topic) // like kafka/admin.cpp: maybe still propagating, transient
@@ -295,6 +648,8 @@ caf::expected<broker_state> fake_broker_inspector::identity(const std::string& t
   ++w_->calls.identity;
   w_->maybe_change_identity();
   return w_->timed_identity_read([&]() -> caf::expected<broker_state> {
+    if (w_->broker_down)
+      return caf::make_error(ec::kafka_unavailable, "fake: broker down: describe cluster");
     if (w_->identity_fault.fire())
       return failure(w_->identity_fault, ec::kafka_unavailable, "describe cluster");
     if (topic != w_->topic) // like kafka/admin.cpp: maybe still propagating, transient
@@ -314,6 +669,8 @@ caf::expected<broker_state> fake_broker_inspector::identity(const std::string& t
 caf::expected<std::string> fake_checkpoint_store::server_version() {
   lock g{w_->mtx};
   ++w_->calls.server_version;
+  if (w_->redis_down)
+    return w_->redis_refused("INFO server");
   if (w_->version_fault.fire())
     return failure(w_->version_fault, ec::redis_unavailable, "INFO server");
   if (w_->redis_frozen)
@@ -323,6 +680,8 @@ caf::expected<std::string> fake_checkpoint_store::server_version() {
 
 caf::expected<std::string> fake_checkpoint_store::maxmemory_policy() {
   lock g{w_->mtx};
+  if (w_->redis_down)
+    return w_->redis_refused("INFO memory");
   if (w_->redis_frozen)
     return frozen("INFO memory");
   return w_->maxmemory_policy;
@@ -332,6 +691,8 @@ caf::expected<core::stored_state> fake_checkpoint_store::read(const std::string&
                                                               int32_t) {
   lock g{w_->mtx};
   ++w_->calls.read;
+  if (w_->redis_down)
+    return w_->redis_refused("checkpoint read script");
   if (w_->read_fault.fire())
     return failure(w_->read_fault, ec::redis_unavailable, "checkpoint read script");
   if (w_->redis_frozen)
@@ -360,6 +721,8 @@ caf::expected<core::stored_state> fake_checkpoint_store::read(const std::string&
 caf::expected<bool> fake_checkpoint_store::create_meta(const core::identity& id) {
   lock g{w_->mtx};
   ++w_->calls.create_meta;
+  if (w_->redis_down)
+    return w_->redis_refused("create meta script");
   if (w_->create_meta_fault.fire())
     return failure(w_->create_meta_fault, ec::redis_unavailable, "create meta script");
   if (w_->redis_frozen)
@@ -376,6 +739,8 @@ caf::expected<bool> fake_checkpoint_store::create_meta(const core::identity& id)
   if (any)
     return caf::make_error(ec::refused, "meta: field meta: stored \"<absent>\", observed \""
                                           + meta + "\": checkpoints exist but meta is missing");
+  fake_world::write_scope write{*w_};
+  w_->note_key(meta);
   w_->hashes[meta] = core::encode_meta(id);
   return true;
 }
@@ -421,6 +786,8 @@ caf::expected<uint64_t> fake_checkpoint_store::claim(const std::string& topic, i
                                                      uint64_t mine) {
   lock g{w_->mtx};
   ++w_->calls.claims;
+  if (w_->redis_down)
+    return w_->redis_refused("ownership claim script");
   if (w_->redis_frozen)
     return frozen("ownership claim script");
   // The claim script of redis/stores.cpp: core::decide_claim, atomically.
@@ -433,6 +800,8 @@ caf::expected<uint64_t> fake_checkpoint_store::claim(const std::string& topic, i
                                     + std::to_string(stored.epoch) + " (this node \"" + node
                                     + "\" held epoch " + std::to_string(mine)
                                     + "): the partition moved to another node");
+  fake_world::write_scope write{*w_};
+  w_->note_key(key);
   auto& h = w_->hashes[key];
   if (d.verdict == core::claim_verdict::claim) {
     h["epoch"] = std::to_string(d.epoch);
@@ -450,6 +819,8 @@ caf::expected<void> fake_checkpoint_store::write_checkpoint(const core::identity
                                                             const std::string& owner_node) {
   lock g{w_->mtx};
   ++w_->calls.write_checkpoint;
+  if (w_->redis_down)
+    return w_->redis_refused("guarded checkpoint write");
   if (w_->write_fault.fire())
     return failure(w_->write_fault, ec::redis_unavailable, "guarded checkpoint write");
   if (w_->redis_frozen)
@@ -556,14 +927,20 @@ caf::expected<void> fake_checkpoint_store::write_checkpoint(const core::identity
                              + mine + "\": the checkpoint changed behind this writer");
   }
   // HSET: sets these fields, keeps any others.
-  auto& h = w_->hashes[cp_key];
-  for (auto& [f, v] : ident)
-    h[f] = v;
-  h["partition"] = core::to_decimal(partition);
-  h["next_offset"] = core::to_decimal(next_offset);
-  auto& e = w_->hashes[w_->ns + ":epoch:" + id.topic + ":" + std::to_string(partition)];
-  e["next_offset"] = core::to_decimal(next_offset);
-  e["leader_epoch"] = leader_epoch < 0 ? std::string{"-1"} : core::to_decimal(leader_epoch);
+  {
+    fake_world::write_scope write{*w_};
+    auto epoch_key = w_->ns + ":epoch:" + id.topic + ":" + std::to_string(partition);
+    w_->note_key(cp_key);
+    w_->note_key(epoch_key);
+    auto& h = w_->hashes[cp_key];
+    for (auto& [f, v] : ident)
+      h[f] = v;
+    h["partition"] = core::to_decimal(partition);
+    h["next_offset"] = core::to_decimal(next_offset);
+    auto& e = w_->hashes[epoch_key];
+    e["next_offset"] = core::to_decimal(next_offset);
+    e["leader_epoch"] = leader_epoch < 0 ? std::string{"-1"} : core::to_decimal(leader_epoch);
+  }
   w_->events.push_back(fake_event{fake_event::kind::checkpoint, partition, next_offset});
   if (w_->on_checkpoint_written)
     w_->on_checkpoint_written(partition, next_offset);
@@ -575,9 +952,28 @@ caf::expected<void> fake_checkpoint_store::write_checkpoint(const core::identity
 
 // -- session store -----------------------------------------------------------------
 
+caf::error fake_session_store::connection(const std::string& what) {
+  if (w_->redis_down) {
+    unconfirmed_.clear(); // the replies of the sends not read yet are lost
+    auto err = w_->redis_refused(what);
+    resets_seen_ = w_->redis_resets;
+    return err;
+  }
+  if (resets_seen_ != w_->redis_resets) {
+    // A failover or an outage since the last call: the connection was
+    // reset, the commands whose replies were not read are lost.
+    unconfirmed_.clear();
+    resets_seen_ = w_->redis_resets;
+    return caf::make_error(ec::redis_unavailable, "fake redis: connection reset: " + what);
+  }
+  return caf::none;
+}
+
 caf::expected<void> fake_session_store::apply(const std::vector<session_update>& updates) {
   lock g{w_->mtx};
   ++w_->calls.apply;
+  if (auto err = connection("ZADD pipeline"))
+    return err;
   if (w_->apply_fault.fire())
     return failure(w_->apply_fault, ec::redis_unavailable, "ZADD pipeline");
   size_t limit = updates.size();
@@ -587,41 +983,74 @@ caf::expected<void> fake_session_store::apply(const std::vector<session_update>&
     err = failure(w_->partial_apply_fault, ec::redis_unavailable,
                   "connection lost after " + std::to_string(limit) + " ZADD replies");
   }
+  auto ups = copy_updates(updates);
   if (w_->on_apply)
-    w_->on_apply(copy_updates(updates));
-  for (size_t i = 0; i < limit; ++i) {
-    auto& set = w_->sessions[std::string{updates[i].user}];
-    for (size_t j = 0; j < updates[i].count; ++j) {
-      std::string conv{updates[i].members[j].conversation};
-      auto score = updates[i].members[j].created_at;
-      ++w_->calls.zadd_members;
-      auto [it, fresh] = set.emplace(conv, score);
-      if (!fresh && score > it->second) // GT: only ever raise a score
-        it->second = score;
-    }
-  }
+    w_->on_apply(ups);
+  for (size_t i = 0; i < limit; ++i)
+    w_->calls.zadd_members += updates[i].count;
+  w_->zadd(ups, limit);
   if (err)
     return err;
   return caf::unit;
 }
 
-// Pipelined like Redis: the commands take effect when sent, their replies
-// are read (and may be lost) later, oldest first.
+caf::expected<void> fake_session_store::enqueue(const std::vector<session_update>& updates,
+                                                std::vector<applied_update>& held) {
+  // What apply() does, except that the ZADDs wait for their replies.
+  ++w_->calls.apply;
+  if (w_->apply_fault.fire())
+    return failure(w_->apply_fault, ec::redis_unavailable, "ZADD pipeline");
+  auto ups = copy_updates(updates);
+  if (w_->on_apply)
+    w_->on_apply(ups);
+  if (w_->partial_apply_fault.fire()) {
+    // The connection broke after Redis executed the sends before this one
+    // (but for those still waiting for a redirection's resend) and the
+    // first updates of this one: those take effect, the rest not.
+    auto limit = std::min(ups.size(), w_->partial_apply_writes);
+    for (auto& u : unconfirmed_)
+      if (u.not_yet == 0)
+        w_->zadd(u.held);
+    unconfirmed_.clear();
+    for (size_t i = 0; i < limit; ++i)
+      w_->calls.zadd_members += ups[i].members.size();
+    w_->zadd(ups, limit);
+    return failure(w_->partial_apply_fault, ec::redis_unavailable,
+                   "connection lost after " + std::to_string(limit) + " ZADD replies");
+  }
+  for (auto& u : ups)
+    w_->calls.zadd_members += u.members.size();
+  held = std::move(ups);
+  return caf::unit;
+}
+
+// Pipelined like Redis: the commands take effect when sent (lazy_pipeline:
+// when their replies are read), their replies are read (and may be lost)
+// later, oldest first.
 caf::expected<void> fake_session_store::send(const std::vector<session_update>& updates) {
   lock g{w_->mtx};
+  if (auto err = connection("ZADD pipeline")) {
+    ++w_->calls.apply;
+    return err;
+  }
   unconfirmed u{updates.size(), false, {}, 0};
   if (!updates.empty() && w_->moved_fault.fire()) {
     // The slot moved: nothing is applied until the resend (at confirm).
     u.held = copy_updates(updates);
     u.not_yet = w_->moved_not_yet;
+  } else if (!updates.empty() && w_->ask_fault.fire()) {
+    // The slot is migrating: ASKING, then the resend, one round trip later.
+    ++w_->calls.asks;
+    u.held = copy_updates(updates);
+    u.not_yet = 1;
   } else if (!updates.empty() && w_->reply_error_fault.fire()) {
     // The first ZADD gets an error reply (e.g. WRONGTYPE, OOM) and does
     // nothing; the rest apply, and the connection stays up.
     u.error_reply = true;
     std::vector<session_update> rest(updates.begin() + 1, updates.end());
-    if (auto ok = apply(rest); !ok)
+    if (auto ok = w_->lazy_pipeline ? enqueue(rest, u.held) : apply(rest); !ok)
       return ok;
-  } else if (auto ok = apply(updates); !ok) {
+  } else if (auto ok = w_->lazy_pipeline ? enqueue(updates, u.held) : apply(updates); !ok) {
     return ok;
   }
   unconfirmed_.push_back(u);
@@ -632,6 +1061,8 @@ caf::expected<void> fake_session_store::send(const std::vector<session_update>& 
 caf::expected<bool> fake_session_store::confirm(size_t n, std::chrono::milliseconds wait) {
   lock g{w_->mtx};
   ++w_->calls.confirm;
+  if (auto err = connection("reading pipelined ZADD replies"))
+    return err;
   // Replies come in send order: the writer must confirm whole sends, oldest first.
   if (unconfirmed_.empty() || unconfirmed_.front().zadds != n)
     return caf::make_error(ec::unspecified,
@@ -653,13 +1084,9 @@ caf::expected<bool> fake_session_store::confirm(size_t n, std::chrono::milliseco
     ++w_->calls.not_yet;
     return false;
   }
-  auto u = unconfirmed_.front();
+  auto u = std::move(unconfirmed_.front());
   unconfirmed_.pop_front();
-  for (auto& h : u.held)
-    for (auto& [conv, score] : h.members) {
-      auto& cur = w_->sessions[h.user][conv];
-      cur = std::max(cur, score);
-    }
+  w_->zadd(u.held); // one write: the send's ZADDs, executed
   if (w_->confirm_fault.fire())
     return failure(w_->confirm_fault, ec::redis_unavailable, "reading pipelined ZADD replies");
   if (u.error_reply)
@@ -681,6 +1108,8 @@ std::vector<applied_update> copy_updates(const std::vector<session_update>& ups)
 caf::expected<session_list> fake_session_store::sessions(const std::string& user, size_t limit) {
   lock g{w_->mtx};
   ++w_->calls.sessions;
+  if (auto err = connection("ZREVRANGE"))
+    return err;
   if (w_->sessions_fault.fire())
     return failure(w_->sessions_fault, ec::redis_unavailable, "ZREVRANGE");
   if (w_->redis_frozen)
@@ -704,28 +1133,63 @@ caf::expected<session_list> fake_session_store::sessions(const std::string& user
 
 // -- dispatch log ------------------------------------------------------------------
 
+fake_partition_reader::fake_partition_reader(std::shared_ptr<fake_world> w, int32_t partition,
+                                             int64_t start, int32_t start_epoch,
+                                             int64_t incarnation)
+  : w_(std::move(w)), partition_(partition), pos_(start), epoch_(start_epoch) {
+  incarnation_ = incarnation >= 0 ? static_cast<uint64_t>(incarnation) : w_->topic_incarnation;
+}
+
 caf::expected<void> fake_partition_reader::poll(size_t max, std::vector<log_record>& out,
                                                 int64_t& passed) {
   lock g{w_->mtx};
   ++w_->calls.poll;
+  auto where = "topic " + w_->topic + " partition " + std::to_string(partition_);
   if ((w_->poll_fault_partition < 0 || w_->poll_fault_partition == partition_)
       && w_->poll_fault.fire())
-    return failure(w_->poll_fault, ec::kafka_read,
-                   "topic " + w_->topic + " partition " + std::to_string(partition_));
+    return failure(w_->poll_fault, ec::kafka_read, where);
+  if (incarnation_ != w_->topic_incarnation)
+    return caf::make_error(ec::kafka_read, "fake: " + where
+                                             + ": the topic was recreated (unknown topic id)");
+  if (w_->broker_down)
+    return caf::unit; // librdkafka retries in the background: nothing arrives
   auto& fp = w_->part(partition_);
+  // KIP-320, as librdkafka validates a position after a leader change: the
+  // log's end offset for the position's epoch lies below the position.
+  {
+    std::string why;
+    if (pos_ > fp.end()) {
+      why = "position " + std::to_string(pos_) + " is past the log end "
+            + std::to_string(fp.end()) + " of leader epoch " + std::to_string(fp.leader_epoch);
+    } else if (epoch_ >= 0 && pos_ > 0) {
+      if (auto end = fp.end_offset_for_epoch(epoch_); end < pos_)
+        why = "offset " + std::to_string(pos_) + " of leader epoch " + std::to_string(epoch_)
+              + " lies past that epoch's end offset " + std::to_string(end)
+              + " in the log of leader epoch " + std::to_string(fp.leader_epoch);
+    }
+    if (!why.empty())
+      return caf::make_error(
+        ec::refused, "partition " + std::to_string(partition_)
+                       + ": field leader_epoch: the log was truncated below the position (fake: "
+                       + where + ": " + why
+                       + ", unclean leader election): records already projected are gone and "
+                         "their offsets may be reused; rebuild under a new namespace "
+                         "(OPERATIONS.md, \"A truncated log\")");
+  }
   if (pos_ < fp.low)
     return caf::make_error(ec::kafka_read, "fake: topic " + w_->topic + " partition "
                                              + std::to_string(partition_) + " offset "
                                              + std::to_string(pos_)
                                              + ": offset out of range (deleted by retention)");
-  auto stable = fp.lso();
+  auto stable = std::min(fp.lso(), w_->visible_end(partition_));
   size_t delivered = 0;
   while (pos_ < stable && delivered < max) {
     auto& e = fp.log[static_cast<size_t>(pos_)];
     if (e.kind == entry_kind::data) {
-      out.push_back(log_record{e.offset, e.value, 1700000000000 + e.offset, fp.leader_epoch});
+      out.push_back(log_record{e.offset, e.value, 1700000000000 + e.offset, e.epoch});
       ++delivered;
     }
+    epoch_ = e.epoch;
     ++pos_;
   }
   // Partition EOF: once per position reached, if the batch had room for it.
@@ -740,7 +1204,10 @@ caf::expected<void> fake_partition_reader::poll(size_t max, std::vector<log_reco
 
 int32_t fake_partition_reader::position_epoch(int64_t offset) {
   lock g{w_->mtx};
-  return offset == pos_ ? w_->part(partition_).leader_epoch : -1;
+  auto& fp = w_->part(partition_);
+  if (offset != pos_ || pos_ <= 0 || pos_ > fp.end())
+    return -1;
+  return fp.log[static_cast<size_t>(pos_ - 1)].epoch;
 }
 
 void fake_partition_reader::on_data(std::function<void()> wake) {
@@ -787,6 +1254,8 @@ caf::expected<void> fake_dispatch_log::add(const std::map<int32_t, int64_t>& sta
 caf::expected<void> fake_dispatch_log::assign(const std::map<int32_t, int64_t>& starts,
                                               const std::map<int32_t, int32_t>& epochs,
                                               bool replace) {
+  if (w_->broker_down)
+    return caf::make_error(ec::kafka_unavailable, "fake: broker down: query watermarks");
   if (w_->start_fault.fire())
     return failure(w_->start_fault, ec::kafka_unavailable, "query watermarks");
   for (auto& [p, start] : starts) {
@@ -800,11 +1269,14 @@ caf::expected<void> fake_dispatch_log::assign(const std::map<int32_t, int64_t>& 
   if (replace) {
     starts_.clear();
     epochs_.clear();
+    incarnations_.clear();
     readers_.clear();
   }
   for (auto& [p, start] : starts) {
     starts_[p] = start;
     readers_.erase(p);
+    epochs_.erase(p);
+    incarnations_[p] = w_->topic_incarnation;
     if (auto e = epochs.find(p); e != epochs.end())
       epochs_[p] = e->second;
     // Per partition: several nodes may share the world, and another node's
@@ -820,7 +1292,9 @@ caf::expected<void> fake_dispatch_log::remove(const std::vector<int32_t>& partit
   for (auto p : partitions) {
     starts_.erase(p);
     epochs_.erase(p);
+    incarnations_.erase(p);
     readers_.erase(p);
+    last_end_.erase(p);
   }
   return caf::unit;
 }
@@ -833,7 +1307,11 @@ std::shared_ptr<partition_reader> fake_dispatch_log::reader(int32_t partition) {
     return nullptr;
   auto& r = readers_[partition];
   if (!r) {
-    r = std::make_shared<fake_partition_reader>(w_, partition, s->second);
+    auto e = epochs_.find(partition);
+    auto inc = incarnations_.find(partition);
+    r = std::make_shared<fake_partition_reader>(
+      w_, partition, s->second, e == epochs_.end() ? -1 : e->second,
+      inc == incarnations_.end() ? -1 : static_cast<int64_t>(inc->second));
     w_->readers.push_back(r);
   }
   return r;
@@ -843,7 +1321,14 @@ int64_t fake_dispatch_log::log_end(int32_t partition) {
   lock g{w_->mtx};
   if (starts_.count(partition) == 0)
     return -1;
-  return w_->end(partition);
+  if (partition >= w_->partition_count())
+    return -1;
+  // What the fetcher last learnt: nothing new while the broker is down.
+  if (w_->broker_down) {
+    auto i = last_end_.find(partition);
+    return i == last_end_.end() ? -1 : i->second;
+  }
+  return last_end_[partition] = w_->visible_end(partition);
 }
 
 // -- factory -----------------------------------------------------------------------
@@ -859,6 +1344,8 @@ caf::expected<std::unique_ptr<broker_inspector>> fake_port_factory::make_inspect
 caf::expected<std::unique_ptr<checkpoint_store>> fake_port_factory::make_checkpoint_store() {
   lock g{w_->mtx};
   ++w_->calls.make_checkpoint_store;
+  if (w_->redis_down)
+    return w_->redis_refused("connect");
   if (w_->make_checkpoint_store_fault.fire())
     return failure(w_->make_checkpoint_store_fault, ec::redis_unavailable, "connect");
   return std::unique_ptr<checkpoint_store>{new fake_checkpoint_store(w_)};
@@ -867,6 +1354,8 @@ caf::expected<std::unique_ptr<checkpoint_store>> fake_port_factory::make_checkpo
 caf::expected<std::unique_ptr<session_store>> fake_port_factory::make_session_store() {
   lock g{w_->mtx};
   ++w_->calls.make_session_store;
+  if (w_->redis_down)
+    return w_->redis_refused("connect");
   if (w_->make_session_store_fault.fire())
     return failure(w_->make_session_store_fault, ec::redis_unavailable, "connect");
   return std::unique_ptr<session_store>{new fake_session_store(w_)};
@@ -881,6 +1370,9 @@ caf::expected<std::shared_ptr<dispatch_log>> fake_port_factory::make_dispatch_lo
 }
 
 caf::expected<std::unique_ptr<cluster_store>> fake_port_factory::make_cluster_store() {
+  lock g{w_->mtx};
+  if (w_->redis_down)
+    return w_->redis_refused("connect");
   return std::unique_ptr<cluster_store>{std::make_unique<fake_cluster_store>(w_)};
 }
 
@@ -890,11 +1382,14 @@ fake_cluster_store::publish(const std::string& topic, const std::string& node,
                             std::chrono::milliseconds ttl, int64_t now_ms) {
   lock g{w_->mtx};
   ++w_->calls.publishes;
+  if (w_->redis_down)
+    return w_->redis_refused("cluster status script");
   if (w_->redis_frozen)
     return frozen("cluster status script");
   if (w_->before_publish)
     w_->before_publish(statuses);
   w_->expire_statuses();
+  fake_world::write_scope write{*w_};
   std::vector<owned_status> fenced;
   for (auto& s : statuses) {
     auto suffix = topic + ":" + std::to_string(s.partition);
@@ -904,6 +1399,8 @@ fake_cluster_store::publish(const std::string& topic, const std::string& node,
       fenced.push_back(std::move(f));
       continue;
     }
+    w_->note_key(w_->ns + ":owner:" + suffix);
+    w_->note_key(w_->ns + ":status:" + suffix);
     auto& o = w_->hashes[w_->ns + ":owner:" + suffix];
     o["heartbeat_ms"] = std::to_string(now_ms);
     if (w_->now_ms)
@@ -923,15 +1420,20 @@ fake_cluster_store::publish(const std::string& topic, const std::string& node,
 caf::expected<void> fake_cluster_store::release(const std::string& topic, const std::string& node,
                                                 const std::map<int32_t, uint64_t>& partitions) {
   lock g{w_->mtx};
+  if (w_->redis_down)
+    return w_->redis_refused("cluster release script");
   if (w_->redis_frozen)
     return frozen("cluster release script");
   w_->expire_statuses();
+  fake_world::write_scope write{*w_};
   for (auto& [p, e] : partitions) {
     auto key = w_->ns + ":status:" + topic + ":" + std::to_string(p);
     auto i = w_->hashes.find(key);
     if (i != w_->hashes.end() && i->second["node"] == node
-        && i->second["epoch"] == std::to_string(e))
-      w_->hashes.erase(i);
+        && i->second["epoch"] == std::to_string(e)) {
+      w_->note_key(key);
+      w_->hashes.erase(key);
+    }
   }
   return caf::unit;
 }
@@ -939,6 +1441,8 @@ caf::expected<void> fake_cluster_store::release(const std::string& topic, const 
 caf::expected<std::vector<cluster_partition>>
 fake_cluster_store::view(const std::string& topic, int32_t partition_count) {
   lock g{w_->mtx};
+  if (w_->redis_down)
+    return w_->redis_refused("cluster view script");
   if (w_->redis_frozen)
     return frozen("cluster view script");
   w_->expire_statuses();
@@ -1003,17 +1507,28 @@ void fake_world::record_copy(const std::map<int32_t, std::pair<int64_t, int32_t>
     }
   }
   copy_writes.push_back(std::move(w));
-  for (auto& sh : cluster.shards)
-    if (sh.copy == "valid" || seed) {
+  for (size_t i = 0; i < cluster.shards.size(); ++i) {
+    auto& sh = cluster.shards[i];
+    if (copy_verdict(sh) == "valid" || seed) {
+      note_copy(i);
       sh.copy = "valid";
+      sh.copy_replid = sh.replid; // the history it is written in
       for (auto& [p, at] : positions)
         sh.positions[p] = at;
     }
+  }
 }
 
 caf::expected<core::redis_cluster_state> fake_checkpoint_store::cluster_state(const std::string&) {
   lock g{w_->mtx};
+  if (w_->redis_down)
+    return w_->redis_refused("CLUSTER SLOTS");
   auto st = w_->cluster;
+  for (auto& sh : st.shards)
+    if (auto v = fake_world::copy_verdict(sh); v != sh.copy) {
+      sh.copy = v;
+      sh.positions.clear();
+    }
   if (!st.shards.empty()) {
     auto m = w_->hashes.find(w_->meta_key());
     st.copies_marked = m != w_->hashes.end() && m->second.count(core::copies_field) != 0;
@@ -1024,9 +1539,20 @@ caf::expected<core::redis_cluster_state> fake_checkpoint_store::cluster_state(co
 caf::expected<void> fake_checkpoint_store::seed_copies(
   const core::identity&, const std::map<int32_t, std::pair<int64_t, int32_t>>& positions) {
   lock g{w_->mtx};
+  if (w_->redis_down)
+    return w_->redis_refused("seeding the copies");
   if (w_->cluster.shards.empty())
     return caf::unit;
-  w_->record_copy(positions, true);
+  {
+    fake_world::write_scope write{*w_};
+    w_->record_copy(positions, true);
+  }
+  // WAIT: every replica of every shard acknowledged the copies, and with
+  // them everything written before (replication is ordered): no failover
+  // can lose any of it any more.
+  w_->wait_all_replicas();
+  fake_world::write_scope write{*w_};
+  w_->note_key(w_->meta_key());
   w_->hashes[w_->meta_key()][core::copies_field] = "1";
   return caf::unit;
 }
@@ -1034,8 +1560,25 @@ caf::expected<void> fake_checkpoint_store::seed_copies(
 caf::expected<void> fake_session_store::write_copies(
   const core::identity&, const std::map<int32_t, std::pair<int64_t, int32_t>>& positions) {
   lock g{w_->mtx};
+  if (auto err = connection("writing the copies"))
+    return err;
   if (w_->cluster.shards.empty())
     return caf::unit;
+  // As redis_cluster_session_store: a primary the start judged that failed
+  // over since (its replid changed) gets no copy.
+  for (auto& sh : w_->cluster.shards)
+    if (auto e = expected_.find(sh.node_id); e != expected_.end() && e->second != sh.replid)
+      return caf::make_error(ec::redis_unavailable,
+                             "fake redis cluster: primary " + sh.address
+                               + " took over from a failed primary since this generation's "
+                                 "start judged the copies: no copy is written to it");
+  for (size_t i = 0; i < w_->cluster.shards.size() && i < replids_.size(); ++i)
+    if (w_->cluster.shards[i].replid != replids_[i])
+      return caf::make_error(ec::redis_unavailable,
+                             "fake redis cluster: primary " + w_->cluster.shards[i].address
+                               + " took over from a failed primary since this generation "
+                                 "learned the primaries: no copy is written to it");
+  fake_world::write_scope write{*w_};
   w_->record_copy(positions, false);
   return caf::unit;
 }

@@ -29,6 +29,19 @@
 // - Redis can be frozen (redis_frozen): pipelined replies never arrive
 //   ("not yet" forever) and every blocking call fails as after its timeout.
 //   A single ZADD reply can fail (reply_error_fault) on a live connection.
+// - Every record carries the leader epoch it was appended in (KIP-320).  An
+//   unclean leader election (unclean_truncate) cuts the log and starts a new
+//   epoch; readers detect a truncation below their position the way
+//   librdkafka does (OffsetForLeaderEpoch: the end offset of the position's
+//   epoch lies below the position) and report it as a refusal.
+// - The broker can be down (broker_down: admin calls fail, fetches return
+//   nothing, as librdkafka retries silently) or slow (broker_delay_ms: a
+//   record reaches the consumers that long after its append).
+// - Redis can be down (redis_down: every call is refused at once).  With
+//   lazy_pipeline, pipelined ZADDs take effect when their replies are read
+//   (confirm), and a connection reset (redis_resets) loses the unread ones.
+//   Every Redis write is journaled, so that a failover to a replica that
+//   missed the last writes (redis_rollback, shard_failover) can undo them.
 //
 // The fakes never block.  Every port call locks `fake_world::mtx`; a test that
 // runs the actors on other threads must lock it too before touching the world.
@@ -36,6 +49,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstddef>
 #include <deque>
 #include <functional>
 #include <map>
@@ -84,18 +98,27 @@ struct log_entry {
   std::string value;
   entry_kind kind = entry_kind::data;
   int64_t txn = 0;  ///< transaction id, 0: not transactional
+  /// The partition's leader epoch when the entry was appended (readers hand
+  /// it out with the record and as the epoch of the position after it).
+  int32_t epoch = 0;
+  /// fake_world::now_ms() at the append (0 without a clock): with
+  /// broker_delay_ms, consumers see the entry only that much later.
+  int64_t appended_ms = 0;
 };
 
 struct fake_partition {
   int64_t low = 0;                 ///< entries below are deleted
   std::vector<log_entry> log;      ///< log[i].offset == i
   std::map<int64_t, int64_t> open; ///< open transaction id -> its first offset
-  int32_t leader_epoch = 0;        ///< the epoch readers see on records and positions
+  int32_t leader_epoch = 0;        ///< the epoch appends get (unclean_truncate raises it)
 
   int64_t end() const { return static_cast<int64_t>(log.size()); }
   /// The last stable offset: the first offset of the oldest open transaction,
   /// or the end of the log.
   int64_t lso() const;
+  /// What OffsetForLeaderEpoch answers for `epoch`: the first offset of an
+  /// entry of a later epoch, or the end of the log if there is none.
+  int64_t end_offset_for_epoch(int32_t epoch) const;
 };
 
 /// Call counters of every port operation (also failed calls).
@@ -127,6 +150,7 @@ struct call_counts {
   uint64_t poll = 0;
   uint64_t wakes = 0;         ///< data callbacks fired
   uint64_t not_yet = 0;       ///< confirm() calls answered "not yet"
+  uint64_t asks = 0;          ///< sends redirected by an ASK (ask_fault)
 };
 
 /// An owning copy of one `session_update` (whose views die with the call).
@@ -190,6 +214,36 @@ struct fake_world {
   fault poll_fault;   ///< partition_reader::poll, ec::kafka_read
   int32_t poll_fault_partition = -1;  ///< -1: polls of any partition count
 
+  /// The broker is unreachable: inspect, identity and dispatch_log start/add
+  /// fail (ec::kafka_unavailable); polls return no records and no EOF
+  /// (librdkafka retries silently); the factories still succeed.
+  bool broker_down = false;
+  /// A slow broker: a record reaches the consumers (their polls, the LSO
+  /// they can reach, log_end) only once now_ms() >= its append time + this;
+  /// inspect() still reports it at once.  No effect without a clock (now_ms).
+  int64_t broker_delay_ms = 0;
+  /// Arms inspect_fault, identity_fault and poll_fault for the next `n`
+  /// calls each (n < 0: every call).
+  void broker_errors(int64_t n);
+  /// An unclean leader election on `p`: entries at offsets >= `to` vanish
+  /// (and the open transactions that began there), the leader epoch goes up
+  /// by one, later appends refill from `to` in the new epoch.  A reader that
+  /// had read past `to` (or was started with a stored epoch that the new log
+  /// ends below its start) reports a refusal on its next poll; one that had
+  /// not is unaffected, as with Kafka.
+  void unclean_truncate(int32_t p, int64_t to);
+  /// The topic is deleted and created again with as many partitions: a new
+  /// topic id (default_topic_id with a new n), every partition empty (low 0,
+  /// epoch 0).  Readers of an assignment made before fail every poll
+  /// (ec::kafka_read: unknown topic id).
+  void recreate_topic();
+  /// `n` more (empty) partitions: inspect and identity report the new count.
+  void add_partitions(int32_t n);
+  /// Bumped by recreate_topic (readers of an older one fail).
+  uint64_t topic_incarnation = 0;
+  /// The end of what consumers of `p` can see (broker_delay_ms).
+  int64_t visible_end(int32_t p) const;
+
   // -- Redis (checkpoint_store, session_store) ---------------------------------
 
   std::string ns = "session_projection";
@@ -226,6 +280,37 @@ struct fake_world {
   fault reply_error_fault;
   fault sessions_fault;  ///< session_store::sessions
 
+  /// Redis is unreachable: every call of every store (and the factories of
+  /// the Redis stores) fails at once with ec::redis_unavailable; the
+  /// connections reset (redis_resets), so unread pipelined ZADDs are lost.
+  bool redis_down = false;
+  /// Off (the default): send() applies its ZADDs at once.  On: they take
+  /// effect when confirm() reads their replies, in send order (a reply read
+  /// means Redis executed the command); a connection reset loses the ones
+  /// not read yet.
+  bool lazy_pipeline = false;
+  /// Connection resets so far: redis_down observed by a call, redis_rollback,
+  /// shard_failover.  A session store that sees it changed since its last
+  /// call drops its unread sends and fails the call ("connection reset").
+  uint64_t redis_resets = 0;
+  /// The prefix of the session sets' key names (keys(), evict(), shard_of).
+  std::string convs_prefix = "convs:";
+  /// Writes so far (never decreased by a rollback): one per port call that
+  /// wrote (a checkpoint write, a claim, a publish, a release, create_meta,
+  /// a copy write) and one per send whose ZADDs took effect.  The test
+  /// helpers (put_meta, ...) and direct edits of the maps do not count.
+  size_t redis_writes() const;
+  /// A failover to a replica that missed the last `n` writes: undoes them,
+  /// newest first (the journal keeps the last 100000), and resets the
+  /// connections.  Returns how many it undid.
+  size_t redis_rollback(size_t n);
+  /// Deletes `key` as a maxmemory eviction would (not journaled: not part of
+  /// the replicated history): a hash, a string, or a session set
+  /// (convs_prefix + user).  Returns whether it existed.
+  bool evict(const std::string& key);
+  /// Every key name (hashes, strings, session sets), sorted.
+  std::vector<std::string> keys() const;
+
   // -- Redis Cluster mode (DESIGN.md §15) ----------------------------------------
 
   /// Non-empty shards: the stores are in Redis Cluster mode.  cluster_state()
@@ -247,6 +332,28 @@ struct fake_world {
     bool seed = false;
   };
   std::vector<copy_write> copy_writes;
+  /// An ASK in the middle of a batch: like moved_fault, but its confirm
+  /// answers "not yet" once (ASKING, then the resend).  Counted in calls.asks.
+  fault ask_fault;
+  /// Fills `cluster` with `shards` primaries (node ids, addresses, the slots
+  /// split evenly, a replid each, one replica, this world's version and
+  /// policy, cluster_state ok, no copy).  The namespace is left alone: a
+  /// node in Redis Cluster mode wants a hash-tag one ("{...}").
+  void make_redis_cluster(int32_t shards);
+  /// The index into cluster.shards of the primary serving `key`'s slot
+  /// (CRC16, hash tags); -1: none (or not Redis Cluster mode).
+  int32_t shard_of(const std::string& key) const;
+  /// The primary of `shard` fails over to a replica that missed its last
+  /// `n` writes: undoes, newest first, the last `n` writes that touched its
+  /// keys (only the parts on its keys; a copy write reverts its copy), its
+  /// replid2 becomes the old replid and replid a new one (a copy written
+  /// before stays valid), and the connections reset.  Returns the number
+  /// of writes affected.
+  size_t shard_failover(int32_t shard, size_t n);
+  /// WAIT for every replica of every shard (seed_copies does): what was
+  /// written so far can no longer be lost by a failover (the journal is
+  /// emptied).
+  void wait_all_replicas();
 
   // -- factory -----------------------------------------------------------------
 
@@ -355,6 +462,65 @@ struct fake_world {
   void record_copy(const std::map<int32_t, std::pair<int64_t, int32_t>>& positions, bool seed);
 
 private:
+  friend class fake_checkpoint_store;
+  friend class fake_session_store;
+  friend class fake_cluster_store;
+  friend class fake_dispatch_log;
+  friend class fake_partition_reader;
+  friend class fake_port_factory;
+
+  /// Appends one entry to `p` in its current epoch, stamped with now_ms().
+  log_entry& push_entry(int32_t p, std::string value, entry_kind kind, int64_t txn);
+  /// ec::redis_unavailable for a call made while redis_down (resets the
+  /// connections).
+  caf::error redis_refused(const std::string& what);
+
+  // The undo journal.  A port call that writes opens a write (nested calls
+  // join it); each mutation first notes what it replaces (once per key and
+  // write); a write that noted something is journaled when it closes.
+  struct redis_undo {
+    enum class kind : uint8_t { key, member, copy };
+    kind what = kind::key;
+    std::string key;     ///< key: the key name; member: the user
+    std::string member;  ///< member: the conversation
+    std::optional<core::hash_fields> hash;  ///< key: the hash it held
+    std::optional<std::string> text;        ///< key: the string it held
+    std::optional<int64_t> number;          ///< key: its expiry; member: its score
+    size_t shard = 0;                       ///< copy: index into cluster.shards
+    std::string copy, copy_replid;
+    std::map<int32_t, std::pair<int64_t, int32_t>> positions;
+  };
+  struct redis_write {
+    std::vector<redis_undo> undo;
+  };
+  struct write_scope {
+    explicit write_scope(fake_world& w);
+    ~write_scope();
+    write_scope(const write_scope&) = delete;
+    write_scope& operator=(const write_scope&) = delete;
+    fake_world& w;
+  };
+  void note_key(const std::string& key);
+  void note_member(const std::string& user, const std::string& conv);
+  void note_copy(size_t shard);
+  void undo(const redis_undo& u);
+  int32_t shard_of(const redis_undo& u) const;
+  /// ZADD GT of every member of `ups` (the first `limit`), journaled.
+  void zadd(const std::vector<applied_update>& ups, size_t limit = SIZE_MAX);
+  /// The copy verdict of `sh` from its replids (a "valid" copy of a history
+  /// the shard no longer descends from is "foreign").
+  static std::string copy_verdict(const core::shard_report& sh);
+  std::string next_replid();
+
+  std::deque<redis_write> journal_;
+  redis_write open_;
+  int write_depth_ = 0;
+  std::set<std::string> noted_keys_;
+  std::set<std::pair<std::string, std::string>> noted_members_;
+  std::set<size_t> noted_copies_;
+  size_t writes_ = 0;
+  uint64_t replids_ = 0;
+
   void maybe_change_identity();
   /// One identity read over time: identity_start, `read` (the answer as of
   /// now), during_identity, then the end event; returns the answer.
@@ -403,7 +569,12 @@ private:
 
 class fake_session_store final : public session_store {
 public:
-  explicit fake_session_store(std::shared_ptr<fake_world> w) : w_(std::move(w)) {}
+  explicit fake_session_store(std::shared_ptr<fake_world> w)
+    : w_(std::move(w)), resets_seen_(w_->redis_resets) {
+    std::lock_guard<std::recursive_mutex> g{w_->mtx};
+    for (auto& sh : w_->cluster.shards)
+      replids_.push_back(sh.replid);
+  }
   caf::expected<void> apply(const std::vector<session_update>& updates) override;
   caf::expected<void> send(const std::vector<session_update>& updates) override;
   caf::expected<bool> confirm(size_t n, std::chrono::milliseconds wait) override;
@@ -411,9 +582,27 @@ public:
   caf::expected<void>
   write_copies(const core::identity& id,
                const std::map<int32_t, std::pair<int64_t, int32_t>>& positions) override;
+  void expect_primaries(const std::map<std::string, std::string>& node_replids) override {
+    expected_ = node_replids;
+  }
 
 private:
+  std::map<std::string, std::string> expected_;
+  /// The primaries' histories when this store was made (it learns the
+  /// primaries then, as the real Redis Cluster store does): a copy is
+  /// written only to the primaries it learned (redis/cluster_stores.cpp,
+  /// failed_over_since).
+  std::vector<std::string> replids_;
+
+  /// redis_down, or a connection reset since this store's last call: drops
+  /// the unread sends and answers the error; none if the connection is up.
+  caf::error connection(const std::string& what);
+  /// Lazy pipeline: what a send puts on the wire (counters, faults, hook)
+  /// into `held`; a partial failure applies what Redis executed.
+  caf::expected<void> enqueue(const std::vector<session_update>& updates,
+                              std::vector<applied_update>& held);
   std::shared_ptr<fake_world> w_;
+  uint64_t resets_seen_ = 0;
   struct unconfirmed {
     size_t zadds = 0;
     bool error_reply = false;  ///< one of its replies is an error
@@ -427,8 +616,11 @@ private:
 
 class fake_partition_reader final : public partition_reader {
 public:
-  fake_partition_reader(std::shared_ptr<fake_world> w, int32_t partition, int64_t start)
-    : w_(std::move(w)), partition_(partition), pos_(start) {}
+  /// `start_epoch`: the stored leader epoch of `start` (-1: none), validated
+  /// on the first poll; `incarnation`: the topic's (fake_world::topic_incarnation)
+  /// when the partition was assigned (-1: now).
+  fake_partition_reader(std::shared_ptr<fake_world> w, int32_t partition, int64_t start,
+                        int32_t start_epoch = -1, int64_t incarnation = -1);
   caf::expected<void> poll(size_t max, std::vector<log_record>& out, int64_t& passed) override;
   void on_data(std::function<void()> wake) override;
   int32_t position_epoch(int64_t offset) override;
@@ -443,6 +635,10 @@ private:
   int32_t partition_;
   int64_t pos_;
   int64_t eof_reported_ = -1;
+  /// The leader epoch of the position: of the last entry read below it, or
+  /// the stored epoch it was started with; -1 unknown (not validated).
+  int32_t epoch_ = -1;
+  uint64_t incarnation_ = 0;
 };
 
 class fake_dispatch_log final : public dispatch_log {
@@ -474,7 +670,9 @@ private:
   std::shared_ptr<fake_world> w_;
   std::map<int32_t, int64_t> starts_;
   std::map<int32_t, int32_t> epochs_;
+  std::map<int32_t, uint64_t> incarnations_;  ///< the topic's when assigned
   std::map<int32_t, std::shared_ptr<fake_partition_reader>> readers_;
+  std::map<int32_t, int64_t> last_end_;  ///< log_end as last learnt (broker down)
 };
 
 /// The cluster store over the world's hashes.  A status expires `ttl` after

@@ -1,0 +1,272 @@
+// The projection's deterministic test kit (docs/TESTING.md): the real
+// projection actors on CAF's deterministic scheduler, against a simulated
+// Kafka dispatch log and a simulated Redis (standalone or Redis Cluster),
+// with fault injection, a manual clock and invariants checked after every
+// step.  No broker, no Redis, no sleeping: a host's test runs in
+// milliseconds and replays exactly.
+//
+//   qsp::testkit::kit k;                      // 3 partitions, Redis standalone
+//   k.produce(0, "conv-1", 1000, {"alice", "bob"});
+//   k.start();
+//   ASSERT_TRUE(k.run_until_ready()) << k.explain();
+//   k.redis_freeze();
+//   ASSERT_TRUE(k.run_until_state("dirty")) << k.explain();
+//   k.redis_release();
+//   ASSERT_TRUE(k.run_until_ready()) << k.explain();
+//   EXPECT_TRUE(k.model_equals_redis()) << k.explain();
+//
+// Link qsession::projection_testkit.  Works with any test framework (the kit
+// reports through return values and explain(), never by aborting).  Neither
+// librdkafka nor hiredis is involved.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "caf/actor_system.hpp"
+#include "caf/actor_system_config.hpp"
+#include "caf/expected.hpp"
+#include "caf/timespan.hpp"
+
+#include "qsession/projection/projection.hpp"
+#include "qsession/projection/settings.hpp"
+#include "qsession/projection/types.hpp"
+
+namespace qsp::testkit {
+
+struct kit_options {
+  /// Partitions of the dispatch topic.
+  int32_t partitions = 3;
+  std::string topic = "dispatch";
+  std::string ns = "session_projection";
+  /// > 0: Redis Cluster mode with this many primaries (each with one
+  /// replica); 0: one standalone Redis.
+  int32_t redis_shards = 0;
+  /// Seed of the projection's backoff jitter (the same seed, the same run).
+  uint64_t seed = 42;
+  /// Check the invariants after every step (every job the scheduler runs
+  /// and every tick of simulated time).  Off: only check_invariants().
+  bool check_every_step = true;
+  /// Runs on the actor system's config before the system exists: a host
+  /// registers its own message types here.
+  std::function<void(caf::actor_system_config&)> configure;
+  /// Print the projection's log to stderr (also: QSP_TEST_LOG=1).
+  bool log = false;
+};
+
+/// One simulated world and one projection over it, on a manual clock.
+/// Not thread-safe: one test drives it from one thread.
+class kit {
+public:
+  explicit kit(kit_options opts = {});
+  ~kit();
+  kit(const kit&) = delete;
+  kit& operator=(const kit&) = delete;
+
+  // -- the system and the projection ---------------------------------------------
+
+  /// The deterministic actor system: spawn the host's own actors here; they
+  /// run when the kit runs (run(), advance(), run_until...).
+  caf::actor_system& system();
+  /// The projection's settings (topic, namespace, ownership, timeouts...):
+  /// change them before start().  Defaults suit the simulation: 5 ms idle
+  /// poll, 100 ms first backoff.
+  projection_settings& settings();
+  /// Spawns the projection (verifying, catching up, ready).
+  void start();
+  /// Shuts it down and runs until it stopped.
+  void stop();
+  /// A crash and restart of the node: stop, then start (pipelined writes
+  /// whose replies were not read are the simulated Redis' to keep or lose).
+  void restart();
+  /// The projection's handle (valid after start()).
+  projection_actor projection() const;
+  /// projection.ownership = host: take partitions on or give them up;
+  /// false (with explain()) if the projection answered an error.
+  bool assign(const std::vector<int32_t>& partitions);
+  bool revoke(const std::vector<int32_t>& partitions);
+  /// The same without waiting: the projection answers when it can (an
+  /// assign waits for verification, which waits for a broker that is down).
+  /// The answer lands in events(); what it changed, in status().
+  void assign_async(const std::vector<int32_t>& partitions);
+  void revoke_async(const std::vector<int32_t>& partitions);
+
+  // -- time and running --------------------------------------------------------------
+
+  /// Runs every job that is due, without moving the clock.
+  void run();
+  /// Lets `d` of simulated time pass (in steps of the idle poll).
+  void advance(caf::timespan d);
+  /// Runs (moving the clock as needed) until the projection reports `state`
+  /// (starting|verifying|catching-up|ready|dirty|refused|stopped), at most
+  /// `limit` of simulated time.  False: not reached, or an invariant broke.
+  bool run_until_state(const std::string& state, caf::timespan limit = std::chrono::seconds{60});
+  bool run_until_ready(caf::timespan limit = std::chrono::seconds{60});
+  /// Until partition `p`'s stored checkpoint is at least `next_offset`.
+  bool run_until_offset(int32_t p, int64_t next_offset,
+                        caf::timespan limit = std::chrono::seconds{60});
+  /// Until `done()` holds (checked between jobs).
+  bool run_until(const std::function<bool()>& done,
+                 caf::timespan limit = std::chrono::seconds{60});
+  /// Simulated time since the kit was made.
+  caf::timespan elapsed() const;
+  /// The wall clock the projection reads (Unix ms, simulated).
+  int64_t wall_ms() const;
+
+  // -- what the projection says ------------------------------------------------------
+
+  /// The latest state it pushed ("" before the first push).
+  std::string state() const;
+  bool ready() const;
+  /// Asks it for its status (per-partition progress included).
+  caf::expected<projection_status> status();
+  /// One partition's progress from status().
+  caf::expected<partition_status> partition(int32_t p);
+  /// PULL_SESSION_LIST: a user's conversations, or ec::not_ready.
+  caf::expected<session_list> pull(const std::string& user, uint32_t limit = 100);
+  /// Every status it pushed, in order.
+  const std::vector<projection_status>& statuses() const;
+
+  // -- the dispatch log (Kafka) --------------------------------------------------------
+
+  /// Appends a committed dispatch; returns its offset.
+  int64_t produce(int32_t p, const std::string& conversation, int64_t created_at,
+                  const std::vector<std::string>& recipients);
+  /// Appends a raw record value (e.g. one the decoder cannot read).
+  int64_t produce_raw(int32_t p, const std::string& value);
+  /// Transactions: an open one pins the last stable offset (LSO) at its
+  /// first record until it commits or aborts (each ends with a marker).
+  int64_t begin_transaction(int32_t p);
+  int64_t produce_in(int32_t p, int64_t txn, const std::string& conversation, int64_t created_at,
+                     const std::vector<std::string>& recipients);
+  int64_t commit(int32_t p, int64_t txn);
+  int64_t abort(int32_t p, int64_t txn);
+  /// delete-records / retention: the log start rises to `before`.
+  void delete_records(int32_t p, int64_t before);
+  /// Deletes and re-creates the topic (a new topic id, empty partitions).
+  void recreate_topic();
+  /// Adds partitions to the topic.
+  void add_partitions(int32_t n);
+  /// An unclean leader election: records at offsets >= `to` vanish, the
+  /// leader epoch rises; later records refill those offsets.
+  void unclean_truncate(int32_t p, int64_t to);
+  /// The broker is unreachable until broker_up(): every request fails,
+  /// fetches return nothing.
+  void broker_down();
+  void broker_up();
+  /// Records reach the consumer `delay` after they were produced (0: at once).
+  void broker_slow(caf::timespan delay);
+  /// The next `n` metadata requests and fetches each fail with an error.
+  void broker_errors(int64_t n);
+  int64_t log_start(int32_t p) const;
+  int64_t log_end(int32_t p) const;
+  int64_t last_stable_offset(int32_t p) const;
+  int32_t partition_count() const;
+
+  // -- Redis ---------------------------------------------------------------------------
+
+  /// Connections are refused until redis_up(); pipelined commands not yet
+  /// executed are lost.
+  void redis_down();
+  void redis_up();
+  /// Redis stops answering (SIGSTOP) until redis_release(): nothing
+  /// executes, replies never come, blocking calls time out.
+  void redis_freeze();
+  void redis_release();
+  /// The next ZADD gets an error reply (the others of its batch apply).
+  void redis_error_reply();
+  /// A failover to a replica that missed the last `writes` writes (each
+  /// checkpoint write, each ZADD batch, each ownership write counts as
+  /// one); returns how many were rolled back.  Connections reset.
+  size_t redis_failover(size_t writes);
+  /// Writes Redis executed so far.
+  size_t redis_writes() const;
+  /// Evicts a key (as maxmemory would): a convs set ("convs:alice"), meta,
+  /// a checkpoint... (redis_keys() lists them).  False: no such key.
+  bool redis_evict(const std::string& key);
+  std::vector<std::string> redis_keys() const;
+  /// The stored checkpoint (next offset) of `p`, if any.
+  std::optional<int64_t> checkpoint(int32_t p) const;
+  /// A member's score in a user's set, if any.
+  std::optional<int64_t> score(const std::string& user, const std::string& conversation) const;
+  /// Every convs set: user -> conversation -> score.
+  std::map<std::string, std::map<std::string, int64_t>> redis_sessions() const;
+
+  // -- Redis Cluster mode (kit_options::redis_shards > 0) ------------------------------
+
+  /// The next ZADD batch meets a MOVED (slot moved) / an ASK (slot
+  /// migrating): applied only after the redirection is followed.
+  void redis_moved();
+  void redis_ask();
+  /// One shard's primary fails over to a replica that missed its last
+  /// `writes` writes; the other shards keep everything.
+  size_t redis_shard_failover(int32_t shard, size_t writes);
+  int32_t redis_shard_count() const;
+
+  // -- checks ------------------------------------------------------------------------------
+
+  /// What Redis must hold: every committed, decodable record's recipients'
+  /// entries (user -> conversation -> newest created_at).
+  std::map<std::string, std::map<std::string, int64_t>> model();
+  /// Redis holds exactly model() (entries of evicted sets excepted); else
+  /// explain() shows the differences.
+  bool model_equals_redis();
+  /// Runs every invariant now; false: explain() names the invariant, the
+  /// partition and the last events.
+  bool check_invariants();
+  /// Everything that went wrong so far (violations, conditions not
+  /// reached, model differences), with the last 20 events; "" if nothing.
+  std::string explain() const;
+  bool failed() const;
+  /// The last `n` events: the kit's actions, the projection's state
+  /// changes, fetches, checkpoint writes, identity checks.
+  std::vector<std::string> events(size_t n = 20) const;
+  /// A digest of every event so far: two runs that did the same have the
+  /// same digest (the kit is deterministic: same actions, same run).
+  uint64_t digest() const;
+
+  struct impl;
+
+private:
+  std::unique_ptr<impl> d_;
+};
+
+// -- randomized schedules ---------------------------------------------------------------
+
+struct schedule_options {
+  int32_t partitions = 3;
+  /// > 0: Redis Cluster mode with this many shards.
+  int32_t redis_shards = 0;
+  /// projection.ownership = host, with assign/revoke in the schedule.
+  bool ownership_changes = true;
+  /// Print each step to stderr.
+  bool verbose = false;
+};
+
+struct schedule_result {
+  uint64_t seed = 0;
+  size_t steps = 0;
+  bool ok = false;
+  /// On failure: the seed, the step, the invariant and the last events.
+  std::string failure;
+  /// What the schedule did: counts of produces, faults, restarts, ownership
+  /// changes.
+  std::string summary;
+  size_t redis_faults = 0, broker_faults = 0, restarts = 0, ownership_changes = 0;
+  size_t records = 0;
+  /// The run's event digest (kit::digest()): the same seed, the same digest.
+  uint64_t digest = 0;
+};
+
+/// Interleaves produce, Redis and broker faults, restarts and
+/// assign/revoke at random (from `seed`), checks the invariants after every
+/// step, and ends by healing every fault and requiring ready with Redis
+/// equal to the model.  The same seed replays the same run.
+schedule_result run_schedule(uint64_t seed, size_t steps, const schedule_options& opts = {});
+
+} // namespace qsp::testkit

@@ -1,0 +1,520 @@
+// The public test kit (qsession/projection/testkit.hpp): a facade over the
+// engine (testkit/engine.hpp) and the simulated world (testkit/fakes.hpp).
+#include "qsession/projection/testkit.hpp"
+
+#include <algorithm>
+
+#include "caf/send.hpp"
+
+#include "testkit/engine.hpp"
+
+namespace qsp::testkit {
+
+using test::engine;
+using lock = std::lock_guard<std::recursive_mutex>;
+
+namespace {
+
+std::string list(const std::vector<int32_t>& xs) {
+  std::string out;
+  for (auto x : xs)
+    out += (out.empty() ? "" : ",") + std::to_string(x);
+  return out;
+}
+
+
+/// Sends one ownership request and journals its answer.
+void ownership_request(caf::event_based_actor* self, std::shared_ptr<std::string> answer,
+                       projection_actor target, bool assign, std::vector<int32_t> parts) {
+  auto what = std::string{assign ? "assign " : "revoke "} + list(parts);
+  auto req = assign ? self->request(target, caf::infinite, atom::assign_v, parts)
+                    : self->request(target, caf::infinite, atom::revoke_v, parts);
+  req.then([answer, what](caf::ok_atom) { *answer = what + " answered ok"; },
+           [answer, what](caf::error& e) { *answer = what + " answered " + describe(e); });
+}
+
+} // namespace
+
+struct kit::impl : engine {
+  impl(const kit_options& o) : engine(o.partitions, o.configure), opts(o) {
+    check_every_job = o.check_every_step;
+    incremental = true;
+    seed = o.seed;
+    {
+      lock g{world->mtx};
+      world->topic = o.topic;
+      world->ns = o.ns;
+      world->lazy_pipeline = true;
+      if (o.redis_shards > 0)
+        world->make_redis_cluster(o.redis_shards);
+    }
+    settings.topic = o.topic;
+    settings.ns = o.ns;
+    if (o.redis_shards > 0) {
+      // Redis Cluster mode: the namespace is a hash tag (DESIGN.md §15).
+      if (settings.ns.empty() || settings.ns.front() != '{')
+        settings.ns = "{" + settings.ns + "}";
+      lock g{world->mtx};
+      world->ns = settings.ns;
+      for (int32_t i = 0; i < o.redis_shards; ++i)
+        settings.redis.cluster_nodes.push_back("127.0.0.1:" + std::to_string(7000 + i));
+    }
+  }
+
+  void on_failure(const std::string& msg) override { failures.push_back(msg); }
+  void on_check() override { journal_answers(); }
+
+  /// Asks the projection, moving the clock while nothing is runnable.
+  template <class T, class... Ts>
+  caf::expected<T> ask_timed(caf::timespan limit, Ts... xs) {
+    if (!proj)
+      return caf::make_error(ec::unspecified, "testkit: the projection is not started");
+    auto res = std::make_shared<std::optional<caf::expected<T>>>();
+    sys.spawn(test::prober<T, Ts...>, res, proj, xs...);
+    auto until = now() + limit;
+    while (!*res && violations.empty()) {
+      if (sched.try_run_once()) {
+        after_job();
+        continue;
+      }
+      if (!check_every_job)
+        check_invariants();
+      if (now() >= until)
+        break;
+      sched.advance_time(settings.idle_poll);
+    }
+    report();
+    if (!*res)
+      return caf::make_error(ec::unspecified, "testkit: no answer within the limit");
+    return std::move(**res);
+  }
+
+  bool until(const std::function<bool()>& done, caf::timespan limit, const std::string& what) {
+    auto ticks = static_cast<size_t>(limit / settings.idle_poll) + 1;
+    if (drive(done, ticks, true))
+      return true;
+    if (violations.empty())
+      failures.push_back("not reached within " + std::to_string(limit / std::chrono::milliseconds{1})
+                         + " ms of simulated time: " + what + "; " + summary());
+    return false;
+  }
+
+  /// An ownership request whose answer is journaled when it comes.
+  void async_request(bool assign, const std::vector<int32_t>& parts) {
+    if (!proj)
+      return;
+    auto answer = std::make_shared<std::string>();
+    answers.push_back(answer);
+    sys.spawn(ownership_request, answer, proj, assign, parts);
+  }
+
+  /// Journals the answers that came since the last call.
+  void journal_answers() {
+    for (auto i = answers.begin(); i != answers.end();)
+      if (!(*i)->empty()) {
+        note(**i);
+        i = answers.erase(i);
+      } else {
+        ++i;
+      }
+  }
+
+  kit_options opts;
+  std::vector<std::shared_ptr<std::string>> answers;
+};
+
+
+kit::kit(kit_options opts) : d_(std::make_unique<impl>(opts)) {
+  if (opts.log)
+    setenv("QSP_TEST_LOG", "1", 0);
+}
+
+kit::~kit() = default;
+
+caf::actor_system& kit::system() { return d_->sys; }
+
+projection_settings& kit::settings() { return d_->settings; }
+
+void kit::start() { d_->start(); }
+
+void kit::stop() {
+  if (!d_->proj)
+    return;
+  d_->note("stop");
+  auto res = d_->ask_timed<caf::ok_atom>(d_->settings.shutdown_timeout + std::chrono::seconds{1},
+                                         atom::shutdown_v);
+  // A projection that already ended (the actor is gone) has nothing to stop.
+  if (!res && res.error().category() == caf::atom("qsp"))
+    d_->failures.push_back("stop: " + describe(res.error()));
+  d_->proj = nullptr;
+  d_->run_jobs();
+}
+
+void kit::restart() {
+  d_->note("restart");
+  stop();
+  start();
+}
+
+projection_actor kit::projection() const { return d_->proj; }
+
+bool kit::assign(const std::vector<int32_t>& partitions) {
+  d_->note("assign " + list(partitions));
+  auto res = d_->ask_timed<caf::ok_atom>(std::chrono::seconds{60}, atom::assign_v, partitions);
+  if (!res)
+    d_->failures.push_back("assign " + list(partitions) + ": " + describe(res.error()));
+  return static_cast<bool>(res);
+}
+
+bool kit::revoke(const std::vector<int32_t>& partitions) {
+  d_->note("revoke " + list(partitions));
+  auto res = d_->ask_timed<caf::ok_atom>(std::chrono::seconds{60}, atom::revoke_v, partitions);
+  if (!res)
+    d_->failures.push_back("revoke " + list(partitions) + ": " + describe(res.error()));
+  return static_cast<bool>(res);
+}
+
+
+void kit::assign_async(const std::vector<int32_t>& partitions) {
+  d_->note("assign " + list(partitions) + " (not waiting)");
+  d_->async_request(true, partitions);
+}
+
+void kit::revoke_async(const std::vector<int32_t>& partitions) {
+  d_->note("revoke " + list(partitions) + " (not waiting)");
+  d_->async_request(false, partitions);
+}
+
+// -- time and running ---------------------------------------------------------------
+
+void kit::run() { d_->run_jobs(); }
+
+void kit::advance(caf::timespan d) { d_->run_for(d, d_->settings.idle_poll); }
+
+bool kit::run_until_state(const std::string& state, caf::timespan limit) {
+  return d_->until([&] { return d_->state() == state; }, limit, "state " + state);
+}
+
+bool kit::run_until_ready(caf::timespan limit) { return run_until_state("ready", limit); }
+
+bool kit::run_until_offset(int32_t p, int64_t next_offset, caf::timespan limit) {
+  return d_->until(
+    [&] {
+      auto cp = d_->world->checkpoint(p);
+      return cp && *cp >= next_offset;
+    },
+    limit, "partition " + std::to_string(p) + " at " + std::to_string(next_offset));
+}
+
+bool kit::run_until(const std::function<bool()>& done, caf::timespan limit) {
+  return d_->until(done, limit, "the test's condition");
+}
+
+caf::timespan kit::elapsed() const {
+  return d_->sched.clock().now().time_since_epoch() - std::chrono::hours(1);
+}
+
+int64_t kit::wall_ms() const { return d_->wall_ms(); }
+
+// -- what the projection says --------------------------------------------------------
+
+std::string kit::state() const { return d_->state(); }
+
+bool kit::ready() const { return d_->state() == "ready"; }
+
+caf::expected<projection_status> kit::status() {
+  return d_->ask_timed<projection_status>(std::chrono::seconds{10}, atom::status_v);
+}
+
+caf::expected<partition_status> kit::partition(int32_t p) {
+  auto s = status();
+  if (!s)
+    return s.error();
+  for (auto& ps : s->partitions)
+    if (ps.partition == p)
+      return ps;
+  return caf::make_error(ec::invalid_config,
+                         "testkit: the projection reports no partition " + std::to_string(p));
+}
+
+caf::expected<session_list> kit::pull(const std::string& user, uint32_t limit) {
+  return d_->ask_timed<session_list>(std::chrono::seconds{10}, atom::pull_v, user, limit);
+}
+
+const std::vector<projection_status>& kit::statuses() const { return *d_->seen; }
+
+// -- the dispatch log ----------------------------------------------------------------
+
+int64_t kit::produce(int32_t p, const std::string& conversation, int64_t created_at,
+                     const std::vector<std::string>& recipients) {
+  lock g{d_->world->mtx};
+  auto off = d_->world->append(p, conversation, created_at, recipients);
+  d_->note("produce partition " + std::to_string(p) + " offset " + std::to_string(off));
+  return off;
+}
+
+int64_t kit::produce_raw(int32_t p, const std::string& value) {
+  lock g{d_->world->mtx};
+  auto off = d_->world->append_raw(p, value);
+  d_->note("produce raw record at partition " + std::to_string(p) + " offset "
+           + std::to_string(off));
+  return off;
+}
+
+int64_t kit::begin_transaction(int32_t p) {
+  lock g{d_->world->mtx};
+  auto txn = d_->world->begin_txn(p);
+  d_->note("begin transaction " + std::to_string(txn) + " on partition " + std::to_string(p));
+  return txn;
+}
+
+int64_t kit::produce_in(int32_t p, int64_t txn, const std::string& conversation,
+                        int64_t created_at, const std::vector<std::string>& recipients) {
+  lock g{d_->world->mtx};
+  core::dispatch d;
+  d.conversation_id = conversation;
+  d.created_at = created_at;
+  d.recipients = recipients;
+  auto off = d_->world->append_txn(p, txn, d);
+  d_->note("produce in transaction " + std::to_string(txn) + " at partition "
+           + std::to_string(p) + " offset " + std::to_string(off));
+  return off;
+}
+
+int64_t kit::commit(int32_t p, int64_t txn) {
+  lock g{d_->world->mtx};
+  d_->note("commit transaction " + std::to_string(txn));
+  return d_->world->commit_txn(p, txn);
+}
+
+int64_t kit::abort(int32_t p, int64_t txn) {
+  lock g{d_->world->mtx};
+  d_->note("abort transaction " + std::to_string(txn));
+  return d_->world->abort_txn(p, txn);
+}
+
+void kit::delete_records(int32_t p, int64_t before) {
+  lock g{d_->world->mtx};
+  d_->note("delete records of partition " + std::to_string(p) + " below " + std::to_string(before));
+  d_->world->truncate(p, before);
+}
+
+void kit::recreate_topic() {
+  lock g{d_->world->mtx};
+  d_->note("recreate the topic");
+  for (int32_t p = 0; p < d_->world->partition_count(); ++p)
+    d_->retire(p, 0);
+  d_->world->recreate_topic();
+}
+
+void kit::add_partitions(int32_t n) {
+  lock g{d_->world->mtx};
+  d_->note("add " + std::to_string(n) + " partitions");
+  d_->world->add_partitions(n);
+}
+
+void kit::unclean_truncate(int32_t p, int64_t to) {
+  lock g{d_->world->mtx};
+  d_->note("unclean leader election: partition " + std::to_string(p) + " truncated to "
+           + std::to_string(to));
+  d_->retire(p, to);
+  d_->world->unclean_truncate(p, to);
+}
+
+void kit::broker_down() {
+  lock g{d_->world->mtx};
+  d_->note("broker down");
+  d_->world->broker_down = true;
+}
+
+void kit::broker_up() {
+  lock g{d_->world->mtx};
+  d_->note("broker up");
+  d_->world->broker_down = false;
+}
+
+void kit::broker_slow(caf::timespan delay) {
+  lock g{d_->world->mtx};
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(delay).count();
+  d_->note("broker delivers records after " + std::to_string(ms) + " ms");
+  d_->world->broker_delay_ms = ms;
+}
+
+void kit::broker_errors(int64_t n) {
+  lock g{d_->world->mtx};
+  d_->note("broker: the next " + std::to_string(n) + " requests fail");
+  d_->world->broker_errors(n);
+}
+
+int64_t kit::log_start(int32_t p) const {
+  lock g{d_->world->mtx};
+  return d_->world->part(p).low;
+}
+
+int64_t kit::log_end(int32_t p) const {
+  lock g{d_->world->mtx};
+  return d_->world->end(p);
+}
+
+int64_t kit::last_stable_offset(int32_t p) const {
+  lock g{d_->world->mtx};
+  return d_->world->lso(p);
+}
+
+int32_t kit::partition_count() const {
+  lock g{d_->world->mtx};
+  return d_->world->partition_count();
+}
+
+// -- Redis ---------------------------------------------------------------------------
+
+void kit::redis_down() {
+  lock g{d_->world->mtx};
+  d_->note("Redis down");
+  d_->world->redis_down = true;
+}
+
+void kit::redis_up() {
+  lock g{d_->world->mtx};
+  d_->note("Redis up");
+  d_->world->redis_down = false;
+}
+
+void kit::redis_freeze() {
+  lock g{d_->world->mtx};
+  d_->note("Redis frozen");
+  d_->world->redis_frozen = true;
+}
+
+void kit::redis_release() {
+  lock g{d_->world->mtx};
+  d_->note("Redis released");
+  d_->world->redis_frozen = false;
+}
+
+void kit::redis_error_reply() {
+  lock g{d_->world->mtx};
+  d_->note("Redis: the next ZADD gets an error reply");
+  d_->world->reply_error_fault.arm(1);
+}
+
+size_t kit::redis_failover(size_t writes) {
+  lock g{d_->world->mtx};
+  auto n = d_->world->redis_rollback(writes);
+  d_->note("Redis failover: " + std::to_string(n) + " writes rolled back");
+  d_->rebase();
+  d_->rolled_back = d_->state() == "ready";
+  return n;
+}
+
+size_t kit::redis_writes() const {
+  lock g{d_->world->mtx};
+  return d_->world->redis_writes();
+}
+
+bool kit::redis_evict(const std::string& key) {
+  lock g{d_->world->mtx};
+  auto& w = *d_->world;
+  auto& prefix = d_->settings.convs_prefix;
+  if (key.compare(0, prefix.size(), prefix) == 0) {
+    auto user = key.substr(prefix.size());
+    for (int32_t p = 0; p < w.partition_count(); ++p)
+      d_->evicted[user][p] = w.end(p);
+  }
+  auto gone = w.evict(key);
+  d_->note("evict " + key + (gone ? "" : " (no such key)"));
+  d_->rebase();
+  return gone;
+}
+
+std::vector<std::string> kit::redis_keys() const {
+  lock g{d_->world->mtx};
+  return d_->world->keys();
+}
+
+std::optional<int64_t> kit::checkpoint(int32_t p) const {
+  lock g{d_->world->mtx};
+  return d_->world->checkpoint(p);
+}
+
+std::optional<int64_t> kit::score(const std::string& user, const std::string& conversation) const {
+  lock g{d_->world->mtx};
+  return d_->world->score(user, conversation);
+}
+
+std::map<std::string, std::map<std::string, int64_t>> kit::redis_sessions() const {
+  lock g{d_->world->mtx};
+  return d_->world->sessions;
+}
+
+void kit::redis_moved() {
+  lock g{d_->world->mtx};
+  d_->note("Redis Cluster: the next ZADD batch meets a MOVED");
+  d_->world->moved_fault.arm(1);
+}
+
+void kit::redis_ask() {
+  lock g{d_->world->mtx};
+  d_->note("Redis Cluster: the next ZADD batch meets an ASK");
+  d_->world->ask_fault.arm(1);
+}
+
+size_t kit::redis_shard_failover(int32_t shard, size_t writes) {
+  lock g{d_->world->mtx};
+  auto n = d_->world->shard_failover(shard, writes);
+  d_->note("Redis Cluster: shard " + std::to_string(shard) + " failed over, "
+           + std::to_string(n) + " writes rolled back");
+  d_->shard_failed_over(shard);
+  d_->rolled_back = d_->state() == "ready";
+  return n;
+}
+
+int32_t kit::redis_shard_count() const {
+  lock g{d_->world->mtx};
+  return static_cast<int32_t>(d_->world->cluster.shards.size());
+}
+
+// -- checks --------------------------------------------------------------------------
+
+std::map<std::string, std::map<std::string, int64_t>> kit::model() {
+  return d_->expected_sessions();
+}
+
+bool kit::model_equals_redis() {
+  auto diff = d_->model_diff();
+  if (diff.empty())
+    return true;
+  d_->failures.push_back("Redis differs from the model:\n" + diff);
+  return false;
+}
+
+bool kit::check_invariants() {
+  auto was = d_->checks_on;
+  d_->checks_on = true;
+  d_->check_invariants();
+  d_->checks_on = was;
+  d_->report();
+  return d_->violations.empty();
+}
+
+std::string kit::explain() const {
+  if (d_->failures.empty() && d_->violations.empty())
+    return {};
+  std::string out;
+  for (auto& f : d_->failures)
+    out += f + "\n";
+  if (d_->failures.empty())
+    out += "invariant violated:\n" + d_->violations_text();
+  out += "state: " + d_->state() + "\nlast events:\n";
+  for (auto& e : d_->last_events(20))
+    out += "  " + e + "\n";
+  return out;
+}
+
+bool kit::failed() const { return !d_->failures.empty() || !d_->violations.empty(); }
+
+std::vector<std::string> kit::events(size_t n) const { return d_->last_events(n); }
+
+uint64_t kit::digest() const { return d_->digest; }
+
+} // namespace qsp::testkit

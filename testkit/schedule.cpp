@@ -1,0 +1,316 @@
+// Randomized schedules (qsp::testkit::run_schedule): produce, faults,
+// restarts and ownership changes interleaved at random from a seed, the
+// invariants checked after every job, and at the end every fault healed and
+// the projection required ready with Redis equal to the model.
+#include "qsession/projection/testkit.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+#include <set>
+
+namespace qsp::testkit {
+
+namespace {
+
+using namespace std::chrono_literals;
+
+/// One fault in force, healed after `left` more steps.
+struct active_fault {
+  std::string name;
+  int left = 0;
+};
+
+class schedule {
+public:
+  schedule(uint64_t seed, size_t steps, const schedule_options& opts)
+    : seed_(seed), steps_(steps), opts_(opts), rng_(seed), k_(make_options(seed, opts)) {
+    res_.seed = seed;
+  }
+
+  schedule_result run() {
+    setup();
+    // Every schedule has at least one Redis fault, one broker fault and
+    // one restart or ownership change, at steps drawn from the seed.
+    std::set<size_t> forced_redis{pick(steps_)}, forced_broker{pick(steps_)},
+      forced_restart{pick(steps_)};
+    for (size_t i = 0; i < steps_ && !k_.failed(); ++i) {
+      res_.steps = i + 1;
+      if (forced_redis.count(i) > 0)
+        redis_fault();
+      else if (forced_broker.count(i) > 0)
+        broker_fault();
+      else if (forced_restart.count(i) > 0)
+        restart_or_move();
+      else
+        random_step();
+      heal_due();
+      if (!k_.failed())
+        k_.check_invariants();
+    }
+    if (!k_.failed())
+      finish();
+    res_.ok = !k_.failed();
+    res_.records = produced_;
+    res_.digest = k_.digest();
+    res_.summary = "seed " + std::to_string(seed_) + ": " + std::to_string(res_.steps)
+                   + " steps, " + std::to_string(produced_) + " records, "
+                   + std::to_string(res_.redis_faults) + " Redis faults, "
+                   + std::to_string(res_.broker_faults) + " broker faults, "
+                   + std::to_string(res_.restarts) + " restarts, "
+                   + std::to_string(res_.ownership_changes) + " ownership changes";
+    if (opts_.verbose)
+      for (auto& e : k_.events(5000))
+        std::fprintf(stderr, "  %s\n", e.c_str());
+    if (!res_.ok)
+      res_.failure = "run_schedule(seed " + std::to_string(seed_) + ", "
+                     + std::to_string(steps_) + " steps) failed at step "
+                     + std::to_string(res_.steps) + " (" + res_.summary
+                     + "; replay: the same seed, steps and options replay this run):\n"
+                     + k_.explain();
+    return res_;
+  }
+
+private:
+  static kit_options make_options(uint64_t seed, const schedule_options& opts) {
+    kit_options o;
+    o.partitions = opts.partitions;
+    o.redis_shards = opts.redis_shards;
+    o.seed = seed == 0 ? 1 : seed;
+    return o;
+  }
+
+  size_t pick(size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(rng_); }
+  int between(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }
+  bool chance(double p) { return std::uniform_real_distribution<double>(0, 1)(rng_) < p; }
+  int32_t any_partition() { return static_cast<int32_t>(pick(static_cast<size_t>(opts_.partitions))); }
+
+  void setup() {
+    auto& s = k_.settings();
+    if (opts_.ownership_changes) {
+      s.ownership = ownership_mode::host;
+      s.node_id = "node-a";
+      s.heartbeat_interval = 50ms;
+    }
+    // Timeouts short enough that faults outlast them within a schedule.
+    s.redis.command_timeout = 300ms;
+    s.identity_check_interval = 200ms;
+    for (int32_t p = 0; p < opts_.partitions; ++p)
+      for (int i = between(0, 3); i > 0; --i)
+        produce(p);
+    k_.start();
+    if (opts_.ownership_changes) {
+      for (int32_t p = 0; p < opts_.partitions; ++p)
+        owned_.insert(p);
+      k_.assign(std::vector<int32_t>(owned_.begin(), owned_.end()));
+    }
+  }
+
+  void produce(int32_t p) {
+    // A small pool of users and conversations, so ZADD GT meets older and
+    // newer scores for the same member.
+    std::vector<std::string> to;
+    for (int n = between(1, 3); n > 0; --n)
+      to.push_back("u" + std::to_string(between(0, 7)));
+    auto conv = "c" + std::to_string(between(0, 15));
+    auto at = 1000 + static_cast<int64_t>(between(0, 500)) + 10 * static_cast<int64_t>(produced_);
+    if (auto t = open_txn_.find(p); t != open_txn_.end() && chance(0.5))
+      k_.produce_in(p, t->second, conv, at, to);
+    else
+      k_.produce(p, conv, at, to);
+    ++produced_;
+  }
+
+  void random_step() {
+    auto r = between(0, 99);
+    if (r < 38) {
+      for (int n = between(1, 4); n > 0; --n)
+        produce(any_partition());
+    } else if (r < 60) {
+      k_.advance(std::chrono::milliseconds{between(1, 60)});
+    } else if (r < 64) {
+      k_.advance(std::chrono::milliseconds{between(200, 1500)});
+    } else if (r < 70) {
+      transaction();
+    } else if (r < 78) {
+      redis_fault();
+    } else if (r < 85) {
+      broker_fault();
+    } else if (r < 90) {
+      restart_or_move();
+    } else {
+      auto user = "u" + std::to_string(between(0, 7));
+      (void) k_.pull(user, 10);
+    }
+  }
+
+  void transaction() {
+    auto p = any_partition();
+    if (auto t = open_txn_.find(p); t != open_txn_.end()) {
+      if (chance(0.7))
+        k_.commit(p, t->second);
+      else
+        k_.abort(p, t->second);
+      open_txn_.erase(t);
+      return;
+    }
+    open_txn_[p] = k_.begin_transaction(p);
+    produce(p);
+  }
+
+  bool in_force(const std::string& name) const {
+    return std::any_of(faults_.begin(), faults_.end(),
+                       [&](const active_fault& f) { return f.name == name; });
+  }
+
+  void hold(const std::string& name, int steps) { faults_.push_back({name, steps}); }
+
+  void redis_fault() {
+    ++res_.redis_faults;
+    auto r = between(0, opts_.redis_shards > 0 ? 6 : 4);
+    if (r == 0 && !in_force("redis-frozen")) {
+      k_.redis_freeze();
+      hold("redis-frozen", between(1, 12));
+    } else if (r == 1 && !in_force("redis-down")) {
+      k_.redis_down();
+      hold("redis-down", between(1, 12));
+    } else if (r == 2) {
+      k_.redis_error_reply();
+    } else if ((r == 3 || r == 4) && opts_.redis_shards == 0) {
+      // (In Redis Cluster mode a failover is one shard's: below.)
+      k_.redis_failover(static_cast<size_t>(between(1, 6)));
+    } else if (r == 3 || r == 4) {
+      k_.redis_error_reply();
+    } else if (r == 5) {
+      if (chance(0.5))
+        k_.redis_moved();
+      else
+        k_.redis_ask();
+    } else {
+      // One failover per shard and schedule: a second one before the
+      // projection rewrote that shard's copy leaves the shard without a
+      // valid copy, which the projection refuses by design (DESIGN.md §15,
+      // tested in tests/actor/world_test.cpp), so a schedule could not end ready.
+      auto shard = static_cast<int32_t>(pick(static_cast<size_t>(opts_.redis_shards)));
+      if (failed_shards_.insert(shard).second)
+        k_.redis_shard_failover(shard, static_cast<size_t>(between(1, 6)));
+      else
+        k_.redis_error_reply();
+    }
+    // Let the fault meet the projection, sometimes for longer than every timeout.
+    k_.advance(std::chrono::milliseconds{chance(0.3) ? between(300, 1500) : between(1, 50)});
+  }
+
+  void broker_fault() {
+    ++res_.broker_faults;
+    auto r = between(0, 2);
+    if (r == 0 && !in_force("broker-down")) {
+      k_.broker_down();
+      hold("broker-down", between(1, 12));
+    } else if (r == 1 && !in_force("broker-slow")) {
+      k_.broker_slow(std::chrono::milliseconds{between(20, 400)});
+      hold("broker-slow", between(1, 12));
+    } else {
+      k_.broker_errors(between(1, 3));
+    }
+    k_.advance(std::chrono::milliseconds{chance(0.3) ? between(300, 1500) : between(1, 50)});
+  }
+
+  void restart_or_move() {
+    if (!opts_.ownership_changes || chance(0.4)) {
+      ++res_.restarts;
+      k_.restart();
+      if (opts_.ownership_changes && !owned_.empty())
+        k_.assign_async(std::vector<int32_t>(owned_.begin(), owned_.end()));
+      return;
+    }
+    ++res_.ownership_changes;
+    auto p = any_partition();
+    // An assign waits for verification, which a fault in force may hold
+    // up: the schedule goes on, the answer comes when it comes.
+    if (owned_.count(p) > 0) {
+      k_.revoke_async({p});
+      owned_.erase(p);
+    } else {
+      k_.assign_async({p});
+      owned_.insert(p);
+    }
+  }
+
+  void heal(const std::string& name) {
+    if (name == "redis-frozen")
+      k_.redis_release();
+    else if (name == "redis-down")
+      k_.redis_up();
+    else if (name == "broker-down")
+      k_.broker_up();
+    else if (name == "broker-slow")
+      k_.broker_slow(0ms);
+  }
+
+  void heal_due() {
+    for (auto i = faults_.begin(); i != faults_.end();) {
+      if (--i->left <= 0) {
+        heal(i->name);
+        i = faults_.erase(i);
+      } else {
+        ++i;
+      }
+    }
+  }
+
+  void finish() {
+    for (auto& f : faults_)
+      heal(f.name);
+    faults_.clear();
+    for (auto& [p, txn] : open_txn_)
+      k_.commit(p, txn);
+    open_txn_.clear();
+    // Let the ownership requests in flight be answered.
+    k_.advance(2s);
+    if (opts_.ownership_changes) {
+      std::vector<int32_t> missing;
+      for (int32_t p = 0; p < opts_.partitions; ++p)
+        if (owned_.count(p) == 0)
+          missing.push_back(p);
+      if (!missing.empty() && !k_.assign(missing))
+        return;
+    }
+    if (!k_.run_until_ready(120s))
+      return;
+    for (int32_t p = 0; p < opts_.partitions; ++p)
+      if (!k_.run_until_offset(p, k_.last_stable_offset(p), 120s))
+        return;
+    // Every reply read: nothing more in flight that could still change Redis.
+    k_.advance(100ms);
+    if (!k_.model_equals_redis())
+      return;
+    k_.check_invariants();
+  }
+
+  uint64_t seed_;
+  size_t steps_;
+  schedule_options opts_;
+  std::mt19937_64 rng_;
+  kit k_;
+  schedule_result res_;
+  std::vector<active_fault> faults_;
+  std::map<int32_t, int64_t> open_txn_;
+  std::set<int32_t> owned_;
+  std::set<int32_t> failed_shards_;
+  size_t produced_ = 0;
+};
+
+} // namespace
+
+schedule_result run_schedule(uint64_t seed, size_t steps, const schedule_options& opts) {
+  if (steps == 0 || opts.partitions <= 0) {
+    schedule_result r;
+    r.seed = seed;
+    r.failure = "run_schedule: steps and partitions must be positive";
+    return r;
+  }
+  return schedule{seed, steps, opts}.run();
+}
+
+} // namespace qsp::testkit

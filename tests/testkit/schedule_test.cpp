@@ -1,0 +1,155 @@
+// Randomized schedules (qsp::testkit::run_schedule) over many seeds, and the
+// proof that they catch planted bugs (core/mutants.hpp): with each mutant
+// switched on, some seed must fail.
+//
+// QSP_SCHEDULE_SEEDS (default 1000) and QSP_SCHEDULE_STEPS (default 200)
+// scale the run; QSP_SCHEDULE_SEED=N replays one seed verbosely.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/mutants.hpp"
+#include "qsession/projection/testkit.hpp"
+
+namespace {
+
+using qsp::testkit::run_schedule;
+using qsp::testkit::schedule_options;
+using qsp::testkit::schedule_result;
+
+size_t env_or(const char* name, size_t fallback) {
+  auto v = std::getenv(name);
+  return v == nullptr ? fallback : static_cast<size_t>(std::strtoull(v, nullptr, 10));
+}
+
+/// The mix of the suite: every other seed with ownership changes (host
+/// mode), every third in Redis Cluster mode with three shards.
+schedule_options options_for(uint64_t seed) {
+  schedule_options o;
+  o.ownership_changes = seed % 2 == 1;
+  o.redis_shards = seed % 3 == 0 ? 3 : 0;
+  return o;
+}
+
+/// Runs seeds [first, first + n) on two threads (one kit each: the kits
+/// share nothing); stops early once `stop_at_first` failures were seen.
+std::vector<schedule_result> run_seeds(uint64_t first, size_t n, size_t steps,
+                                       bool stop_at_first) {
+  std::vector<schedule_result> all(n);
+  std::atomic<size_t> next{0};
+  std::atomic<bool> stop{false};
+  std::mutex mtx;
+  auto work = [&] {
+    for (;;) {
+      auto i = next++;
+      if (i >= n || stop)
+        return;
+      auto seed = first + i;
+      all[i] = run_schedule(seed, steps, options_for(seed));
+      if (!all[i].ok && stop_at_first)
+        stop = true;
+    }
+  };
+  std::thread t{work};
+  work();
+  t.join();
+  return all;
+}
+
+TEST(Schedules, EverySeedKeepsEveryInvariant) {
+  if (auto one = std::getenv("QSP_SCHEDULE_SEED")) {
+    auto seed = std::strtoull(one, nullptr, 10);
+    auto o = options_for(seed);
+    o.verbose = true;
+    auto r = run_schedule(seed, env_or("QSP_SCHEDULE_STEPS", 200), o);
+    std::printf("%s\n", r.summary.c_str());
+    EXPECT_TRUE(r.ok) << r.failure;
+    return;
+  }
+  auto seeds = env_or("QSP_SCHEDULE_SEEDS", 1000);
+  auto steps = env_or("QSP_SCHEDULE_STEPS", 200);
+  auto t0 = std::chrono::steady_clock::now();
+  auto results = run_seeds(1, seeds, steps, false);
+  auto secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  size_t ok = 0, records = 0, redis = 0, broker = 0, moves = 0, cluster = 0, host = 0;
+  for (auto& r : results) {
+    ok += r.ok ? 1 : 0;
+    records += r.records;
+    redis += r.redis_faults;
+    broker += r.broker_faults;
+    moves += r.restarts + r.ownership_changes;
+    cluster += options_for(r.seed).redis_shards > 0 ? 1 : 0;
+    host += options_for(r.seed).ownership_changes ? 1 : 0;
+    // Each schedule is what it claims to be: long enough, and with every
+    // kind of disturbance.
+    EXPECT_EQ(r.steps, steps) << "seed " << r.seed << " stopped early: " << r.failure;
+    EXPECT_GE(r.redis_faults, 1u) << "seed " << r.seed;
+    EXPECT_GE(r.broker_faults, 1u) << "seed " << r.seed;
+    EXPECT_GE(r.restarts + r.ownership_changes, 1u) << "seed " << r.seed;
+    EXPECT_TRUE(r.ok) << r.failure << "\nreplay: QSP_SCHEDULE_SEED=" << r.seed
+                      << " build/bin/qsp_schedule_tests";
+  }
+  std::printf("[schedules] %zu/%zu seeds passed, %zu steps each, in %.1f s: %zu records, "
+              "%zu Redis faults, %zu broker faults, %zu restarts/ownership changes; "
+              "%zu in Redis Cluster mode, %zu with host ownership\n",
+              ok, results.size(), steps, secs, records, redis, broker, moves, cluster, host);
+}
+
+TEST(Schedules, TheSameSeedReplaysTheSameRun) {
+  for (uint64_t seed : {7u, 8u, 9u}) {
+    auto a = run_schedule(seed, 120, options_for(seed));
+    auto b = run_schedule(seed, 120, options_for(seed));
+    EXPECT_EQ(a.digest, b.digest) << "seed " << seed;
+    EXPECT_EQ(a.summary, b.summary);
+    auto c = run_schedule(seed + 100, 120, options_for(seed));
+    EXPECT_NE(a.digest, c.digest) << "different seeds, same run: the seed does not steer";
+  }
+}
+
+// -- mutants ---------------------------------------------------------------------
+
+class Mutants : public testing::TestWithParam<qsp::mutant::id> {
+protected:
+  void TearDown() override { qsp::mutant::activate(qsp::mutant::id::none); }
+};
+
+TEST_P(Mutants, TheSchedulesCatchIt) {
+  qsp::mutant::activate(GetParam());
+  auto budget = env_or("QSP_MUTANT_SEEDS", 200);
+  auto t0 = std::chrono::steady_clock::now();
+  auto results = run_seeds(1, budget, env_or("QSP_SCHEDULE_STEPS", 200), true);
+  auto secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const schedule_result* caught = nullptr;
+  for (auto& r : results)
+    if (!r.ok && r.steps > 0 && (caught == nullptr || r.seed < caught->seed))
+      caught = &r;
+  ASSERT_NE(caught, nullptr) << "mutant " << qsp::mutant::name(GetParam())
+                             << " survived " << budget << " seeds";
+  // The failure names the invariant that broke (or what was not reached).
+  auto& f = caught->failure;
+  auto at = f.find("after ");
+  if (at == std::string::npos)
+    at = f.find("not reached");
+  ASSERT_NE(at, std::string::npos) << f;
+  auto line = f.substr(at, f.find('\n', at) - at);
+  EXPECT_NE(f.find("replay"), std::string::npos) << "the failure must say how to replay it";
+  std::printf("[mutants] %s caught by seed %llu in %.1f s: %s\n", qsp::mutant::name(GetParam()),
+              static_cast<unsigned long long>(caught->seed), secs, line.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Planted, Mutants,
+                         testing::Values(qsp::mutant::id::checkpoint_before_reply,
+                                         qsp::mutant::id::skip_after_redelivery,
+                                         qsp::mutant::id::stale_fence),
+                         [](const testing::TestParamInfo<qsp::mutant::id>& i) {
+                           return std::string{qsp::mutant::name(i.param)};
+                         });
+
+} // namespace
