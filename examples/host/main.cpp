@@ -35,29 +35,9 @@
 
 #include <qsession/projection.hpp>
 
+#include "gate.hpp"        // the host's sessions gate (tested in host_kit_test.cpp)
+#include "messages.hpp"    // the host's own messages: a block at caf::first_custom_type_id
 #include "ports/ports.hpp"  // the host's own header of that name
-
-// -- the host's own messages: a block at caf::first_custom_type_id ---------------
-
-namespace host {
-
-struct cache_entry {
-  std::string key;
-  int64_t value = 0;
-};
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, cache_entry& x) {
-  return f(caf::meta::type_name("host.cache_entry"), x.key, x.value);
-}
-
-} // namespace host
-
-CAF_BEGIN_TYPE_ID_BLOCK(host, caf::first_custom_type_id)
-  CAF_ADD_TYPE_ID(host, (host::cache_entry))
-  CAF_ADD_ATOM(host, host::atom, status, "status")
-  CAF_ADD_ATOM(host, host::atom, ping, "ping")
-CAF_END_TYPE_ID_BLOCK(host)
 
 namespace host {
 
@@ -137,11 +117,12 @@ bool wait_ready(caf::scoped_actor& self, const std::vector<tenant*>& ts) {
       // Pushes name their projection: tell the tenants apart by namespace.
       for (auto* t : ts)
         if (t->settings.ns == st.ns && t->settings.topic == st.topic) {
-          if (st.state == "refused") {
+          auto h = judge(st);
+          if (h == health::refused) {
             std::cout << "refused tenant=" << t->name << " error=" << st.last_error << std::endl;
             refused = true;
           }
-          ready[t->name] = st.ready;
+          ready[t->name] = h == health::ready;
         }
     });
     if (refused)
@@ -156,8 +137,14 @@ bool wait_ready(caf::scoped_actor& self, const std::vector<tenant*>& ts) {
   }
 }
 
+/// Pulls `user`'s sessions the way the host's clients do: through the
+/// tenant's gate (gate.hpp), which quits with the projection.
 void print_sessions(caf::scoped_actor& self, tenant& t, const std::string& user) {
-  self->request(t.handle, std::chrono::seconds(10), qsp::atom::pull_v, user, uint32_t{1000})
+  auto alert = [](const std::string& name, const std::string& error) {
+    std::cout << "refused tenant=" << name << " error=" << error << std::endl;
+  };
+  auto g = spawn_gate(self->system(), t.name, t.handle, alert, std::chrono::seconds(10));
+  self->request(g, std::chrono::seconds(15), atom::pull_v, user, uint32_t{1000})
     .receive(
       [&](const qsp::session_list& list) {
         std::cout << "sessions tenant=" << t.name << " count=" << list.size() << std::endl;

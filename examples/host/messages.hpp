@@ -1,0 +1,36 @@
+// The host's own messages: one type-ID block at caf::first_custom_type_id,
+// with its own `status` atom (the projection's is `qsp_status`, a different
+// atom).  main.cpp and the host's tests (host_kit_test.cpp) register it with
+// `cfg.add_message_types<caf::id_block::host>()`.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "caf/atom.hpp"
+#include "caf/meta/type_name.hpp"
+#include "caf/type_id.hpp"
+
+namespace host {
+
+struct cache_entry {
+  std::string key;
+  int64_t value = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, cache_entry& x) {
+  return f(caf::meta::type_name("host.cache_entry"), x.key, x.value);
+}
+
+} // namespace host
+
+CAF_BEGIN_TYPE_ID_BLOCK(host, caf::first_custom_type_id)
+  CAF_ADD_TYPE_ID(host, (host::cache_entry))
+  CAF_ADD_ATOM(host, host::atom, status, "status")
+  CAF_ADD_ATOM(host, host::atom, ping, "ping")
+  // The sessions gate (gate.hpp): a client's PULL_SESSION_LIST, and the
+  // gate's view of its tenant.
+  CAF_ADD_ATOM(host, host::atom, pull, "pull")
+  CAF_ADD_ATOM(host, host::atom, health, "health")
+CAF_END_TYPE_ID_BLOCK(host)
