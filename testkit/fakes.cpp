@@ -31,6 +31,7 @@ caf::error failure(const fault& f, ec fallback, const std::string& what) {
   return caf::make_error(code, "fake: injected failure: " + what);
 }
 
+
 constexpr int64_t slot_count = 16384;
 
 /// Whether `slots` (a shard_report's "a-b,c,...") names `slot`.
@@ -321,6 +322,16 @@ std::optional<int64_t> fake_world::score(const std::string& user, const std::str
 }
 
 // -- fake_world: Redis faults, the undo journal -------------------------------------
+
+caf::error fake_world::redis_gate(const std::string& what, fault* f, bool frozen_too) {
+  if (redis_down)
+    return redis_refused(what);
+  if (f != nullptr && f->fire())
+    return failure(*f, ec::redis_unavailable, what);
+  if (frozen_too && redis_frozen)
+    return frozen(what);
+  return caf::none;
+}
 
 caf::error fake_world::redis_refused(const std::string& what) {
   ++redis_resets;
@@ -669,21 +680,15 @@ caf::expected<broker_state> fake_broker_inspector::identity(const std::string& t
 caf::expected<std::string> fake_checkpoint_store::server_version() {
   lock g{w_->mtx};
   ++w_->calls.server_version;
-  if (w_->redis_down)
-    return w_->redis_refused("INFO server");
-  if (w_->version_fault.fire())
-    return failure(w_->version_fault, ec::redis_unavailable, "INFO server");
-  if (w_->redis_frozen)
-    return frozen("INFO server");
+  if (auto err = w_->redis_gate("INFO server", &w_->version_fault))
+    return err;
   return w_->server_version;
 }
 
 caf::expected<std::string> fake_checkpoint_store::maxmemory_policy() {
   lock g{w_->mtx};
-  if (w_->redis_down)
-    return w_->redis_refused("INFO memory");
-  if (w_->redis_frozen)
-    return frozen("INFO memory");
+  if (auto err = w_->redis_gate("INFO memory"))
+    return err;
   return w_->maxmemory_policy;
 }
 
@@ -691,12 +696,8 @@ caf::expected<core::stored_state> fake_checkpoint_store::read(const std::string&
                                                               int32_t) {
   lock g{w_->mtx};
   ++w_->calls.read;
-  if (w_->redis_down)
-    return w_->redis_refused("checkpoint read script");
-  if (w_->read_fault.fire())
-    return failure(w_->read_fault, ec::redis_unavailable, "checkpoint read script");
-  if (w_->redis_frozen)
-    return frozen("checkpoint read script");
+  if (auto err = w_->redis_gate("checkpoint read script", &w_->read_fault))
+    return err;
   core::stored_state st;
   auto meta = w_->meta_key();
   if (auto i = w_->hashes.find(meta); i != w_->hashes.end())
@@ -721,12 +722,8 @@ caf::expected<core::stored_state> fake_checkpoint_store::read(const std::string&
 caf::expected<bool> fake_checkpoint_store::create_meta(const core::identity& id) {
   lock g{w_->mtx};
   ++w_->calls.create_meta;
-  if (w_->redis_down)
-    return w_->redis_refused("create meta script");
-  if (w_->create_meta_fault.fire())
-    return failure(w_->create_meta_fault, ec::redis_unavailable, "create meta script");
-  if (w_->redis_frozen)
-    return frozen("create meta script");
+  if (auto err = w_->redis_gate("create meta script", &w_->create_meta_fault))
+    return err;
   auto meta = w_->meta_key();
   if (w_->hashes.count(meta) > 0 || w_->strings.count(meta) > 0)
     return false;
@@ -786,10 +783,8 @@ caf::expected<uint64_t> fake_checkpoint_store::claim(const std::string& topic, i
                                                      uint64_t mine) {
   lock g{w_->mtx};
   ++w_->calls.claims;
-  if (w_->redis_down)
-    return w_->redis_refused("ownership claim script");
-  if (w_->redis_frozen)
-    return frozen("ownership claim script");
+  if (auto err = w_->redis_gate("ownership claim script"))
+    return err;
   // The claim script of redis/stores.cpp: core::decide_claim, atomically.
   auto key = w_->owner_key(topic, partition);
   auto stored = w_->owner(topic, partition);
@@ -819,12 +814,8 @@ caf::expected<void> fake_checkpoint_store::write_checkpoint(const core::identity
                                                             const std::string& owner_node) {
   lock g{w_->mtx};
   ++w_->calls.write_checkpoint;
-  if (w_->redis_down)
-    return w_->redis_refused("guarded checkpoint write");
-  if (w_->write_fault.fire())
-    return failure(w_->write_fault, ec::redis_unavailable, "guarded checkpoint write");
-  if (w_->redis_frozen)
-    return frozen("guarded checkpoint write");
+  if (auto err = w_->redis_gate("guarded checkpoint write", &w_->write_fault))
+    return err;
   if (w_->before_checkpoint_write)
     w_->before_checkpoint_write(partition, next_offset);
   // The fence of the Lua script (core::check_owner): the owner record names
@@ -1344,20 +1335,16 @@ caf::expected<std::unique_ptr<broker_inspector>> fake_port_factory::make_inspect
 caf::expected<std::unique_ptr<checkpoint_store>> fake_port_factory::make_checkpoint_store() {
   lock g{w_->mtx};
   ++w_->calls.make_checkpoint_store;
-  if (w_->redis_down)
-    return w_->redis_refused("connect");
-  if (w_->make_checkpoint_store_fault.fire())
-    return failure(w_->make_checkpoint_store_fault, ec::redis_unavailable, "connect");
+  if (auto err = w_->redis_gate("connect", &w_->make_checkpoint_store_fault, false))
+    return err;
   return std::unique_ptr<checkpoint_store>{new fake_checkpoint_store(w_)};
 }
 
 caf::expected<std::unique_ptr<session_store>> fake_port_factory::make_session_store() {
   lock g{w_->mtx};
   ++w_->calls.make_session_store;
-  if (w_->redis_down)
-    return w_->redis_refused("connect");
-  if (w_->make_session_store_fault.fire())
-    return failure(w_->make_session_store_fault, ec::redis_unavailable, "connect");
+  if (auto err = w_->redis_gate("connect", &w_->make_session_store_fault, false))
+    return err;
   return std::unique_ptr<session_store>{new fake_session_store(w_)};
 }
 
@@ -1371,8 +1358,8 @@ caf::expected<std::shared_ptr<dispatch_log>> fake_port_factory::make_dispatch_lo
 
 caf::expected<std::unique_ptr<cluster_store>> fake_port_factory::make_cluster_store() {
   lock g{w_->mtx};
-  if (w_->redis_down)
-    return w_->redis_refused("connect");
+  if (auto err = w_->redis_gate("connect", nullptr, false))
+    return err;
   return std::unique_ptr<cluster_store>{std::make_unique<fake_cluster_store>(w_)};
 }
 
@@ -1382,10 +1369,8 @@ fake_cluster_store::publish(const std::string& topic, const std::string& node,
                             std::chrono::milliseconds ttl, int64_t now_ms) {
   lock g{w_->mtx};
   ++w_->calls.publishes;
-  if (w_->redis_down)
-    return w_->redis_refused("cluster status script");
-  if (w_->redis_frozen)
-    return frozen("cluster status script");
+  if (auto err = w_->redis_gate("cluster status script"))
+    return err;
   if (w_->before_publish)
     w_->before_publish(statuses);
   w_->expire_statuses();
@@ -1420,10 +1405,8 @@ fake_cluster_store::publish(const std::string& topic, const std::string& node,
 caf::expected<void> fake_cluster_store::release(const std::string& topic, const std::string& node,
                                                 const std::map<int32_t, uint64_t>& partitions) {
   lock g{w_->mtx};
-  if (w_->redis_down)
-    return w_->redis_refused("cluster release script");
-  if (w_->redis_frozen)
-    return frozen("cluster release script");
+  if (auto err = w_->redis_gate("cluster release script"))
+    return err;
   w_->expire_statuses();
   fake_world::write_scope write{*w_};
   for (auto& [p, e] : partitions) {
@@ -1441,10 +1424,8 @@ caf::expected<void> fake_cluster_store::release(const std::string& topic, const 
 caf::expected<std::vector<cluster_partition>>
 fake_cluster_store::view(const std::string& topic, int32_t partition_count) {
   lock g{w_->mtx};
-  if (w_->redis_down)
-    return w_->redis_refused("cluster view script");
-  if (w_->redis_frozen)
-    return frozen("cluster view script");
+  if (auto err = w_->redis_gate("cluster view script"))
+    return err;
   w_->expire_statuses();
   std::vector<cluster_partition> out;
   auto num = [](const core::hash_fields& h, const char* f, int64_t d) {
@@ -1521,8 +1502,8 @@ void fake_world::record_copy(const std::map<int32_t, std::pair<int64_t, int32_t>
 
 caf::expected<core::redis_cluster_state> fake_checkpoint_store::cluster_state(const std::string&) {
   lock g{w_->mtx};
-  if (w_->redis_down)
-    return w_->redis_refused("CLUSTER SLOTS");
+  if (auto err = w_->redis_gate("CLUSTER SLOTS"))
+    return err;
   auto st = w_->cluster;
   for (auto& sh : st.shards)
     if (auto v = fake_world::copy_verdict(sh); v != sh.copy) {
@@ -1539,8 +1520,8 @@ caf::expected<core::redis_cluster_state> fake_checkpoint_store::cluster_state(co
 caf::expected<void> fake_checkpoint_store::seed_copies(
   const core::identity&, const std::map<int32_t, std::pair<int64_t, int32_t>>& positions) {
   lock g{w_->mtx};
-  if (w_->redis_down)
-    return w_->redis_refused("seeding the copies");
+  if (auto err = w_->redis_gate("seeding the copies"))
+    return err;
   if (w_->cluster.shards.empty())
     return caf::unit;
   {

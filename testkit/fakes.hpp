@@ -473,6 +473,11 @@ private:
   log_entry& push_entry(int32_t p, std::string value, entry_kind kind, int64_t txn);
   /// ec::redis_unavailable for a call made while redis_down (resets the
   /// connections).
+  /// The checks every Redis call makes first, in this order: refused while
+  /// Redis is down, the armed fault `f` (if any), then no answer while
+  /// frozen (as after the command timeout) unless `frozen_too` is off (a
+  /// connect: the kernel accepts while Redis is stopped).
+  caf::error redis_gate(const std::string& what, fault* f = nullptr, bool frozen_too = true);
   caf::error redis_refused(const std::string& what);
 
   // The undo journal.  A port call that writes opens a write (nested calls

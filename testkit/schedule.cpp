@@ -34,7 +34,7 @@ public:
     // one restart or ownership change, at steps drawn from the seed.
     std::set<size_t> forced_redis{pick(steps_)}, forced_broker{pick(steps_)},
       forced_restart{pick(steps_)};
-    for (size_t i = 0; i < steps_ && !k_.failed(); ++i) {
+    for (size_t i = 0; i < steps_ && !k_.failed() && !stop_failed_; ++i) {
       res_.steps = i + 1;
       if (forced_redis.count(i) > 0)
         redis_fault();
@@ -48,9 +48,8 @@ public:
       if (!k_.failed())
         k_.check_invariants();
     }
-    if (!k_.failed())
-      finish();
-    res_.ok = !k_.failed();
+    bool finished = !k_.failed() && !stop_failed_ && finish();
+    res_.ok = finished && !k_.failed();
     res_.records = produced_;
     res_.digest = k_.digest();
     res_.summary = "seed " + std::to_string(seed_) + ": " + std::to_string(res_.steps)
@@ -219,7 +218,8 @@ private:
   void restart_or_move() {
     if (!opts_.ownership_changes || chance(0.4)) {
       ++res_.restarts;
-      k_.restart();
+      if (!k_.restart())
+        stop_failed_ = true;
       if (opts_.ownership_changes && !owned_.empty())
         k_.assign_async(std::vector<int32_t>(owned_.begin(), owned_.end()));
       return;
@@ -259,7 +259,7 @@ private:
     }
   }
 
-  void finish() {
+  bool finish() {
     for (auto& f : faults_)
       heal(f.name);
     faults_.clear();
@@ -274,18 +274,16 @@ private:
         if (owned_.count(p) == 0)
           missing.push_back(p);
       if (!missing.empty() && !k_.assign(missing))
-        return;
+        return false;
     }
     if (!k_.run_until_ready(120s))
-      return;
+      return false;
     for (int32_t p = 0; p < opts_.partitions; ++p)
       if (!k_.run_until_offset(p, k_.last_stable_offset(p), 120s))
-        return;
+        return false;
     // Every reply read: nothing more in flight that could still change Redis.
     k_.advance(100ms);
-    if (!k_.model_equals_redis())
-      return;
-    k_.check_invariants();
+    return k_.model_equals_redis() && k_.check_invariants();
   }
 
   uint64_t seed_;
@@ -299,6 +297,7 @@ private:
   std::set<int32_t> owned_;
   std::set<int32_t> failed_shards_;
   size_t produced_ = 0;
+  bool stop_failed_ = false;
 };
 
 } // namespace

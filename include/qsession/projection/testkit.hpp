@@ -79,11 +79,12 @@ public:
   projection_settings& settings();
   /// Spawns the projection (verifying, catching up, ready).
   void start();
-  /// Shuts it down and runs until it stopped.
-  void stop();
-  /// A crash and restart of the node: stop, then start (pipelined writes
-  /// whose replies were not read are the simulated Redis' to keep or lose).
-  void restart();
+  /// Shuts it down and runs until it stopped; false (with explain()) if
+  /// it did not stop cleanly within projection.shutdown-timeout.
+  bool stop();
+  /// A restart of the node: stop, then start (pipelined writes whose
+  /// replies were not read are lost with their connection); false as stop().
+  bool restart();
   /// The projection's handle (valid after start()).
   projection_actor projection() const;
   /// projection.ownership = host: take partitions on or give them up;
@@ -219,9 +220,12 @@ public:
   /// Runs every invariant now; false: explain() names the invariant, the
   /// partition and the last events.
   bool check_invariants();
-  /// Everything that went wrong so far (violations, conditions not
-  /// reached, model differences), with the last 20 events; "" if nothing.
+  /// What went wrong: every invariant violation so far, and what the last
+  /// waiting call (run_until_*, assign, revoke, stop, model_equals_redis)
+  /// did not get; with the state and the last 20 events.  "" if nothing.
   std::string explain() const;
+  /// True once an invariant broke (for good: the projection did something
+  /// it must never do).  A condition not reached is only that call's false.
   bool failed() const;
   /// The last `n` events: the kit's actions, the projection's state
   /// changes, fetches, checkpoint writes, identity checks.
