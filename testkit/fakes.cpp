@@ -1369,7 +1369,7 @@ fake_cluster_store::publish(const std::string& topic, const std::string& node,
                             std::chrono::milliseconds ttl, int64_t now_ms) {
   lock g{w_->mtx};
   ++w_->calls.publishes;
-  if (auto err = w_->redis_gate("cluster status script"))
+  if (auto err = w_->redis_gate("namespace status publish script"))
     return err;
   if (w_->before_publish)
     w_->before_publish(statuses);
@@ -1405,7 +1405,7 @@ fake_cluster_store::publish(const std::string& topic, const std::string& node,
 caf::expected<void> fake_cluster_store::release(const std::string& topic, const std::string& node,
                                                 const std::map<int32_t, uint64_t>& partitions) {
   lock g{w_->mtx};
-  if (auto err = w_->redis_gate("cluster release script"))
+  if (auto err = w_->redis_gate("namespace status release script"))
     return err;
   w_->expire_statuses();
   fake_world::write_scope write{*w_};
@@ -1424,7 +1424,7 @@ caf::expected<void> fake_cluster_store::release(const std::string& topic, const 
 caf::expected<std::vector<cluster_partition>>
 fake_cluster_store::view(const std::string& topic, int32_t partition_count) {
   lock g{w_->mtx};
-  if (auto err = w_->redis_gate("cluster view script"))
+  if (auto err = w_->redis_gate("namespace ownership view script"))
     return err;
   w_->expire_statuses();
   std::vector<cluster_partition> out;

@@ -50,7 +50,8 @@ struct kit_options {
   /// Seed of the projection's backoff jitter (the same seed, the same run).
   uint64_t seed = 42;
   /// Check the invariants after every step (every job the scheduler runs
-  /// and every tick of simulated time).  Off: only check_invariants().
+  /// and every tick of simulated time).  Off: after every tick only (and
+  /// whenever the test calls check_invariants()).
   bool check_every_step = true;
   /// Runs on the actor system's config before the system exists: a host
   /// registers its own message types here.
