@@ -10,10 +10,17 @@ namespace {
 
 /// "field:value" lines of an INFO or CLUSTER INFO reply.
 std::map<std::string, std::string> info_lines(const redisReply* r) {
-  std::map<std::string, std::string> out;
   if (r == nullptr || (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_VERB))
-    return out;
-  std::string_view text{r->str, r->len};
+    return {};
+  return info_fields(std::string_view{r->str, r->len});
+}
+
+address address_of(const cluster_node& n) { return address{n.host, n.port}; }
+
+} // namespace
+
+std::map<std::string, std::string> info_fields(std::string_view text) {
+  std::map<std::string, std::string> out;
   while (!text.empty()) {
     auto eol = text.find('\n');
     auto line = text.substr(0, eol);
@@ -27,10 +34,6 @@ std::map<std::string, std::string> info_lines(const redisReply* r) {
   }
   return out;
 }
-
-address address_of(const cluster_node& n) { return address{n.host, n.port}; }
-
-} // namespace
 
 std::optional<redirection> parse_redirection(std::string_view text) {
   redirection r;

@@ -37,6 +37,9 @@ struct redirection {
   uint16_t slot = 0;
   address to;
 };
+/// The "field:value" lines of an INFO or CLUSTER INFO text (section
+/// headers and blank lines skipped, "\r\n" or "\n").
+std::map<std::string, std::string> info_fields(std::string_view text);
 /// Parses "MOVED 3999 127.0.0.1:6381" / "ASK ..."; nullopt for any other text.
 std::optional<redirection> parse_redirection(std::string_view error_text);
 /// TRYAGAIN, CLUSTERDOWN, LOADING: the cluster is reorganising or

@@ -1,5 +1,6 @@
 #include "redis/stores.hpp"
 
+#include "redis/cluster.hpp"
 #include "redis/cluster_stores.hpp"
 
 #include <algorithm>
@@ -190,12 +191,11 @@ caf::expected<std::string> info_field(connection& c, const std::string& section,
   auto r = c.command({"INFO", section});
   if (!r)
     return r.error();
-  auto text = str(r->get());
-  auto pos = text.find(field + ":");
-  if (pos == std::string::npos)
+  auto fields = info_fields(str(r->get()));
+  auto i = fields.find(field);
+  if (i == fields.end())
     return unexpected_reply(c, "INFO " + section);
-  pos += field.size() + 1;
-  return text.substr(pos, text.find_first_of("\r\n", pos) - pos);
+  return i->second;
 }
 
 } // namespace

@@ -105,7 +105,8 @@ void engine::start(projection_options opts) {
   if (!listener)
     listener = sys.spawn(status_recorder, seen);
   if (!opts.logs)
-    opts.logs = quiet_log();
+    opts.logs = log_to_stderr ? std::make_shared<const projection_log>(nullptr, "[test] ")
+                              : quiet_log();
   if (!opts.wall_clock)
     opts.wall_clock = [this] { return wall_ms(); };
   {

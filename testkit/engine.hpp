@@ -111,6 +111,8 @@ struct engine {
   bool incremental = false;
   /// Checks at all (a test that breaks them on purpose turns them off).
   bool checks_on = true;
+  /// The projection's log on stderr (else quiet_log()).
+  bool log_to_stderr = false;
   uint64_t seed = 42;
 
   // -- invariant bookkeeping -----------------------------------------------------
@@ -193,6 +195,29 @@ struct engine {
       after_job();
     if (!*res)
       return caf::make_error(ec::unspecified, "test: no answer");
+    return std::move(**res);
+  }
+  /// Asks `target` and runs, moving the clock by one idle poll whenever
+  /// nothing is runnable, until answered or `limit` of simulated time passed.
+  template <class T, class... Ts>
+  caf::expected<T> ask_of(projection_actor target, caf::timespan limit, Ts... xs) {
+    auto res = std::make_shared<std::optional<caf::expected<T>>>();
+    sys.spawn(prober<T, Ts...>, res, target, xs...);
+    auto until = now() + limit;
+    while (!*res && violations.empty()) {
+      if (sched.try_run_once()) {
+        after_job();
+        continue;
+      }
+      if (!check_every_job)
+        check_invariants();
+      if (now() >= until)
+        break;
+      sched.advance_time(settings.idle_poll);
+    }
+    report();
+    if (!*res)
+      return caf::make_error(ec::unspecified, "test: no answer within the limit");
     return std::move(**res);
   }
   caf::expected<projection_status> status() { return ask<projection_status>(atom::status_v); }

@@ -69,24 +69,7 @@ struct kit::impl : engine {
   caf::expected<T> ask_timed(caf::timespan limit, Ts... xs) {
     if (!proj)
       return caf::make_error(ec::unspecified, "testkit: the projection is not started");
-    auto res = std::make_shared<std::optional<caf::expected<T>>>();
-    sys.spawn(test::prober<T, Ts...>, res, proj, xs...);
-    auto until = now() + limit;
-    while (!*res && violations.empty()) {
-      if (sched.try_run_once()) {
-        after_job();
-        continue;
-      }
-      if (!check_every_job)
-        check_invariants();
-      if (now() >= until)
-        break;
-      sched.advance_time(settings.idle_poll);
-    }
-    report();
-    if (!*res)
-      return caf::make_error(ec::unspecified, "testkit: no answer within the limit");
-    return std::move(**res);
+    return ask_of<T>(proj, limit, xs...);
   }
 
   bool until(const std::function<bool()>& done, caf::timespan limit, const std::string& what) {
@@ -129,8 +112,7 @@ struct kit::impl : engine {
 
 
 kit::kit(kit_options opts) : d_(std::make_unique<impl>(opts)) {
-  if (opts.log)
-    setenv("QSP_TEST_LOG", "1", 0);
+  d_->log_to_stderr = opts.log || std::getenv("QSP_TEST_LOG") != nullptr;
 }
 
 kit::~kit() = default;

@@ -24,19 +24,10 @@ struct fixture : projection_fixture {
     settings.heartbeat_interval = 50ms;
   }
 
-  /// Asks `target` (from a fresh helper actor) and steps until answered.
+  /// Asks `target` and steps (moving the clock) until answered.
   template <class T, class... Ts>
   caf::expected<T> ask_of(projection_actor target, Ts... xs) {
-    auto res = std::make_shared<std::optional<caf::expected<T>>>();
-    sys.spawn(prober<T, Ts...>, res, target, xs...);
-    for (size_t i = 0; i < 1000000 && !*res; ++i) {
-      if (!sched.try_run_once())
-        sched.advance_time(settings.idle_poll);
-      check_invariants();
-    }
-    if (!*res)
-      return caf::make_error(ec::unspecified, "test: no answer");
-    return std::move(**res);
+    return engine::ask_of<T>(target, std::chrono::hours{1}, xs...);
   }
 
   caf::expected<caf::ok_atom> assign(parts ps) { return ask_of<caf::ok_atom>(proj, atom::assign_v, ps); }

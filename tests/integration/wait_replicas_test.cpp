@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "redis/cluster.hpp"
 #include "core/dispatch.hpp"
 #include "kafka/producer.hpp"
 #include "redis/stores.hpp"
@@ -25,12 +26,7 @@ bool contains(const std::string& text, const std::string& part) {
 /// A field of `INFO section` ("" if absent).
 std::string info_field(qsp::redis::connection& c, const std::string& section,
                        const std::string& field) {
-  auto text = qsp::test::redis_cmd(c, {"INFO", section});
-  auto at = text.find(field + ":");
-  if (at == std::string::npos)
-    return {};
-  at += field.size() + 1;
-  return text.substr(at, text.find_first_of("\r\n", at) - at);
+  return qsp::redis::info_fields(qsp::test::redis_cmd(c, {"INFO", section}))[field];
 }
 
 /// The calls of `command` since the last CONFIG RESETSTAT (0 if never called).

@@ -80,16 +80,10 @@ std::map<int, std::string> id_map(const std::string& s) {
   return out;
 }
 
-const test::service_set* rc_env(std::string* why) {
-  return test::find_set("rcluster", ".services-rcluster",
-                        "start one with QSP_SERVICES_DIR=.services-rcluster scripts/services "
-                        "start --redis-cluster",
-                        why);
-}
 
-#define REQUIRE_RCLUSTER_SET() REQUIRE_SERVICE_SET(rc_env, "QSP_REQUIRE_RCLUSTER")
+#define REQUIRE_RCLUSTER_SET() REQUIRE_SERVICE_SET(test::redis_cluster_set, "QSP_REQUIRE_RCLUSTER")
 
-const test::service_set& S() { return *rc_env(nullptr); }
+const test::service_set& S() { return *test::redis_cluster_set(nullptr); }
 
 /// Node id -> host:port (fixed for the set's life).
 const std::map<int, std::string>& nodes() {
@@ -148,15 +142,7 @@ std::string node_cmd(int id, const std::vector<std::string>& argv) {
 }
 
 std::string field(const std::string& text, const std::string& name) {
-  std::istringstream in{text};
-  std::string line;
-  while (std::getline(in, line)) {
-    if (!line.empty() && line.back() == '\r')
-      line.pop_back();
-    if (line.rfind(name + ":", 0) == 0)
-      return line.substr(name.size() + 1);
-  }
-  return {};
+  return redis::info_fields(text)[name];
 }
 
 /// "master", "slave", or "" (does not answer).
@@ -558,7 +544,7 @@ struct rcluster : ::testing::Test {
     std::cout << "setup " << ms_since(t0) << " ms\n";
   }
   void TearDown() override {
-    if (rc_env(nullptr) == nullptr)
+    if (test::redis_cluster_set(nullptr) == nullptr)
       return;
     // Whatever the test did: the next one finds a healthy set (and the
     // slot layout the test changed undone, last change first).

@@ -57,16 +57,10 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
-const test::service_set* rc_env(std::string* why) {
-  return test::find_set("rcluster", ".services-rcluster",
-                        "start one with QSP_SERVICES_DIR=.services-rcluster scripts/services "
-                        "start --redis-cluster",
-                        why);
-}
 
-#define REQUIRE_RCLUSTER_SET() REQUIRE_SERVICE_SET(rc_env, "QSP_REQUIRE_RCLUSTER")
+#define REQUIRE_RCLUSTER_SET() REQUIRE_SERVICE_SET(test::redis_cluster_set, "QSP_REQUIRE_RCLUSTER")
 
-const test::service_set& S() { return *rc_env(nullptr); }
+const test::service_set& S() { return *test::redis_cluster_set(nullptr); }
 
 redis::address parse_address(const std::string& hp) {
   auto c = hp.rfind(':');
@@ -112,15 +106,7 @@ void clear_cluster() {
 
 /// `field:` of an INFO-style text ("" if absent).
 std::string info_field(const std::string& text, const std::string& name) {
-  std::istringstream in{text};
-  std::string line;
-  while (std::getline(in, line)) {
-    if (!line.empty() && line.back() == '\r')
-      line.pop_back();
-    if (line.rfind(name + ":", 0) == 0)
-      return line.substr(name.size() + 1);
-  }
-  return {};
+  return redis::info_fields(text)[name];
 }
 
 /// WAIT commands the primaries executed so far (INFO commandstats): the
@@ -254,7 +240,7 @@ struct migration : ::testing::Test {
     clear_cluster();
   }
   void TearDown() override {
-    if (rc_env(nullptr) == nullptr)
+    if (test::redis_cluster_set(nullptr) == nullptr)
       return;
     if (cut_replica > 0)
       resume(cut_replica);

@@ -271,6 +271,13 @@ const service_set* find_set(const std::string& topology, const std::string& dir_
   return i->second.first ? &*i->second.first : nullptr;
 }
 
+const service_set* redis_cluster_set(std::string* why) {
+  return find_set("rcluster", ".services-rcluster",
+                  "start one with QSP_SERVICES_DIR=.services-rcluster scripts/services start "
+                  "--redis-cluster",
+                  why);
+}
+
 int services_cmd(const services& s, const std::string& args) {
   return sh("QSP_SERVICES_DIR='" + s.state_dir + "' " QSP_SOURCE_DIR "/scripts/services " + args);
 }

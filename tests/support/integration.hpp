@@ -93,6 +93,10 @@ struct service_set {
 const service_set* find_set(const std::string& topology, const std::string& dir_name,
                             const std::string& start_hint, std::string* why);
 
+/// The Redis Cluster set (scripts/services start --redis-cluster), as
+/// find_set finds it: the rcluster and rcluster_migration tests share it.
+const service_set* redis_cluster_set(std::string* why);
+
 // In a gtest body: skips without the set found by `find`; fails instead
 // when the environment variable `require` is set (scripts/test), so a set
 // that is not found cannot pass as skipped.

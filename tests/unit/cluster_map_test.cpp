@@ -1,4 +1,5 @@
 #include "redis/cluster_map.hpp"
+#include "redis/cluster.hpp"
 
 #include <memory>
 #include <set>
@@ -523,3 +524,13 @@ TEST(ClusterMapCopy, Judge) {
 
 } // namespace
 } // namespace qsp::redis
+
+TEST(ClusterMap, InfoFieldsReadsFieldValueLines) {
+  auto f = qsp::redis::info_fields("# Replication\r\nrole:master\r\nmaster_replid:abc\r\n\r\n"
+                                   "# Memory\nmaxmemory_policy:noeviction");
+  EXPECT_EQ(f["role"], "master");
+  EXPECT_EQ(f["master_replid"], "abc");
+  EXPECT_EQ(f["maxmemory_policy"], "noeviction");
+  EXPECT_EQ(f.count("# Replication"), 0u);
+  EXPECT_EQ(f.size(), 3u);
+}
