@@ -18,27 +18,27 @@ int64_t generation::wall_now() const {
     .count();
 }
 
-caf::error generation::judge_primaries(const std::map<std::string, std::string>& judged) {
+caf::error generation::judge_primaries(const std::map<std::string, core::judged_primary>& judged) {
   std::lock_guard<std::mutex> g{mtx_};
   if (primaries_.empty()) {
     primaries_ = judged;
     return caf::none;
   }
-  for (auto& [node, replid] : primaries_) {
+  for (auto& [node, was] : primaries_) {
     auto i = judged.find(node);
-    if (i != judged.end() && i->second != replid)
+    if (i != judged.end() && !(i->second == was))
       return caf::make_error(ec::redis_unavailable,
                              "redis cluster: primary " + node
-                               + " changed its replication history during this generation (a "
-                                 "restart without its data): restarting from the copies");
+                               + " changed during this generation (a restart without its data, "
+                                 "or its lowest slot moved): restarting from the copies");
   }
-  for (auto& [node, replid] : judged)
+  for (auto& [node, j] : judged)
     if (primaries_.count(node) == 0)
-      primaries_[node] = replid;
+      primaries_[node] = j;
   return caf::none;
 }
 
-std::map<std::string, std::string> generation::primaries() const {
+std::map<std::string, core::judged_primary> generation::primaries() const {
   std::lock_guard<std::mutex> g{mtx_};
   return primaries_;
 }

@@ -58,8 +58,8 @@ struct generation {
   /// verification of the same generation (partitions added) that finds one
   /// of them failed over answers an error: the whole generation restarts
   /// and re-judges every partition.  Thread-safe.
-  caf::error judge_primaries(const std::map<std::string, std::string>& judged);
-  std::map<std::string, std::string> primaries() const;
+  caf::error judge_primaries(const std::map<std::string, core::judged_primary>& judged);
+  std::map<std::string, core::judged_primary> primaries() const;
 
   /// Interrupts every tracked store now and every store tracked later.
   void abort();
@@ -91,7 +91,7 @@ private:
   };
   void add_hook(std::weak_ptr<const void> target, std::function<void()> interrupt);
   mutable std::mutex mtx_;
-  std::map<std::string, std::string> primaries_;
+  std::map<std::string, core::judged_primary> primaries_;
   std::map<int32_t, uint64_t> claims_;
   bool aborted_ = false;
   std::vector<hook> hooks_;

@@ -109,7 +109,8 @@ caf::expected<inspection> inspect_startup(const projection_settings& cfg, broker
   auto starts_from = r.validated.next_offsets;
   if (cluster_mode) {
     r.copies = core::judge_copies(r.cluster, r.validated.next_offsets,
-                                  r.stored.meta ? *r.stored.meta : core::hash_fields{});
+                                  r.stored.meta ? *r.stored.meta : core::hash_fields{},
+                                  r.leader_epochs);
     for (auto& p : r.copies.problems)
       r.problems.push_back(p);
     for (auto& [p, pos] : r.copies.replay_from) {
@@ -125,8 +126,16 @@ caf::expected<inspection> inspect_startup(const projection_settings& cfg, broker
   // would compare offsets of a different log.
   if (r.broker.partition_count == cfg.partition_count) {
     r.plan = core::plan_start(starts_from, r.broker.marks);
-    for (auto& p : r.plan.problems)
+    for (auto& p : r.plan.problems) {
+      // A start below the checkpoint that a primary's copy chose: the
+      // refusal names that primary and why, not only the offset.
+      if (p.partition)
+        if (auto c = r.copies.replay_cause.find(*p.partition); c != r.copies.replay_cause.end())
+          p.reason += " (the start " + p.stored + " is not the stored checkpoint "
+                      + std::to_string(r.validated.next_offsets.at(*p.partition)) + ": "
+                      + c->second + ")";
       r.problems.push_back(p);
+    }
   }
   return r;
 }

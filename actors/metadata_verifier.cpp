@@ -1,6 +1,7 @@
 #include "actors/metadata_verifier.hpp"
 
 #include "actors/inspection.hpp"
+#include "core/mutants.hpp"
 
 #include <algorithm>
 #include <set>
@@ -65,9 +66,9 @@ caf::expected<inspection> inspect_for(const projection_settings& cfg, generation
   // Redis Cluster mode: the primaries' histories the copies were judged
   // by; the writer writes copies only to them (session_store::expect_primaries).
   if (!r->cluster.shards.empty()) {
-    std::map<std::string, std::string> judged;
+    std::map<std::string, core::judged_primary> judged;
     for (auto& s : r->cluster.shards)
-      judged[s.node_id] = s.replid;
+      judged[s.node_id] = core::judged_primary{s.replid, s.copy_tag};
     if (auto err = gen.judge_primaries(judged))
       return err;
   }
@@ -130,17 +131,25 @@ caf::error confirm(const projection_settings& cfg, broker_inspector& broker,
       return created.error();
     vs.meta_created = *created;
   }
-  // Redis Cluster mode, first start (DESIGN.md §15): every primary gets its
-  // copy at this start's positions, and every replica must hold it, before
-  // the copies are trusted (and meta marks them).
-  if (r.copies.seed) {
-    std::map<int32_t, std::pair<int64_t, int32_t>> at;
-    for (auto& [p, start] : vs.starts)
-      if (vs.checkpoints.count(p) != 0) {
-        auto e = vs.epochs.find(p);
-        at[p] = {start, e != vs.epochs.end() ? e->second : -1};
+  // Redis Cluster mode (DESIGN.md §15): every primary gets a copy naming
+  // every checkpointed partition it can vouch for (the checkpoints at the
+  // first start and on a primary that joined, which every replica must
+  // hold before the copies are trusted), and the primaries become known.
+  if (!r.cluster.shards.empty()) {
+    if (mutant::active() == mutant::id::copies_partial) {
+      // The planted bug: the seed names this node's partitions only, and a
+      // later start writes nothing.
+      if (r.copies.seed) {
+        core::copy_refresh seed = r.copies.refresh;
+        for (auto& [node, at] : seed.positions)
+          for (auto i = at.begin(); i != at.end();)
+            i = vs.checkpoints.count(i->first) != 0 ? std::next(i) : at.erase(i);
+        if (auto ok = store.refresh_copies(vs.id, seed); !ok)
+          return ok.error();
       }
-    if (auto ok = store.seed_copies(vs.id, at); !ok)
+      return caf::none;
+    }
+    if (auto ok = store.refresh_copies(vs.id, r.copies.refresh); !ok)
       return ok.error();
   }
   return caf::none;

@@ -1,6 +1,7 @@
 #include "core/copies.hpp"
 
 #include <cstdio>
+#include <set>
 
 namespace qsp::core {
 
@@ -20,11 +21,22 @@ std::string partition_list(const std::vector<int32_t>& ps) {
 } // namespace
 
 copy_floor judge_copies(const redis_cluster_state& cluster,
-                        const std::map<int32_t, int64_t>& checkpoints, const hash_fields& meta) {
+                        const std::map<int32_t, int64_t>& checkpoints, const hash_fields& meta,
+                        const std::map<int32_t, int32_t>& epochs) {
   copy_floor out;
   // First start in Redis Cluster mode (or one that stopped before marking):
   // the copies are seeded before the node starts.
   out.seed = !cluster.shards.empty() && !cluster.copies_marked;
+  out.refresh.mark = out.seed;
+  auto at_checkpoint = [&](int32_t p, int64_t next) {
+    auto e = epochs.find(p);
+    return std::pair<int64_t, int32_t>{next, e != epochs.end() ? e->second : -1};
+  };
+  // Every replid the namespace has known a primary by.
+  std::set<std::string> known_replids;
+  for (auto& [node, replids] : cluster.known_primaries)
+    known_replids.insert(replids.begin(), replids.end());
+  auto zero = std::string(40, '0');
   for (auto& s : cluster.shards) {
     auto name = shard_name(s);
     if (s.copy.rfind("unreadable", 0) == 0) {
@@ -44,7 +56,8 @@ copy_floor judge_copies(const redis_cluster_state& cluster,
         }
       if (!same)
         continue;
-      if (s.slots_grew && s.copy_replid != s.replid) {
+      bool failed_over = s.copy_replid != s.replid;
+      if (s.slots_grew && failed_over) {
         out.problems.push_back(problem{
           std::nullopt, "copy slots", "the slots the copy was written with", s.slots,
           name + ": it serves slots that migrated into it after its copy was written, and it "
@@ -52,41 +65,118 @@ copy_floor judge_copies(const redis_cluster_state& cluster,
                  "covers them (OPERATIONS.md, \"A shard without a copy\")"});
         continue;
       }
+      // The same slots, but some may have left and come back (a migration
+      // there and back) before the failover: finishing that import bumped
+      // the old primary's configuration epoch (and the first import, the
+      // other node's), so some epoch between the cluster's when the copy
+      // was written and the promoted replica's own is one no current
+      // primary holds.  Every epoch in between must be another primary's
+      // (a failover or an import there); one that is not (a migration into
+      // the old primary, or a failover chain elsewhere) refuses.
+      if (failed_over && s.copy_current_epoch >= 0 && s.config_epoch > s.copy_current_epoch + 1) {
+        std::set<int64_t> held;
+        for (auto& o : cluster.shards)
+          if (&o != &s)
+            held.insert(o.config_epoch);
+        std::string unexplained;
+        if (s.config_epoch - s.copy_current_epoch > 64)
+          unexplained = std::to_string(s.copy_current_epoch + 1) + "..";
+        for (auto e = s.copy_current_epoch + 1; unexplained.empty() && e < s.config_epoch; ++e)
+          if (held.count(e) == 0)
+            unexplained = std::to_string(e);
+        if (!unexplained.empty()) {
+          out.problems.push_back(problem{
+            std::nullopt, "copy epoch",
+            "epochs " + std::to_string(s.copy_current_epoch + 1) + ".."
+              + std::to_string(s.config_epoch - 1) + " held by other primaries",
+            "epoch " + unexplained + " held by none",
+            name + ": it failed over since its copy was written (cluster epoch "
+              + std::to_string(s.copy_current_epoch) + ", its own now "
+              + std::to_string(s.config_epoch)
+              + "), and the cluster's configuration changed in between in a way no current "
+                "primary explains (a slot migrated into its former primary and back, or a chain "
+                "of failovers elsewhere): keys imported before the failover may be lost and "
+                "the copy cannot tell (OPERATIONS.md, \"A shard without a copy\")"});
+          continue;
+        }
+      }
+    }
+    // A primary without a valid copy that the namespace never knew, never
+    // promoted from a replica (no former history), is one that joined the
+    // cluster since (scale-out): its whole history is its own, and every
+    // key it holds came by migration from primaries the checkpoints cover,
+    // or by ZADDs confirmed before them.  It gets a copy at the checkpoints.
+    bool joined = false;
+    if (!valid && cluster.copies_marked && s.copy == "absent" && !cluster.known_primaries.empty()
+        && cluster.known_primaries.count(s.node_id) == 0 && known_replids.count(s.replid) == 0
+        && (s.replid2.empty() || s.replid2 == zero))
+      joined = true;
+    if (!valid && cluster.copies_marked && s.copy == "absent" && !joined
+        && !cluster.known_primaries.empty() && cluster.known_primaries.count(s.node_id) == 0
+        && known_replids.count(s.replid) == 0 && known_replids.count(s.replid2) == 0
+        && !checkpoints.empty()) {
+      out.problems.push_back(problem{
+        std::nullopt, "copy", "a copy, or a primary that joined with no former history",
+        "absent; promoted from history " + s.replid2.substr(0, 8),
+        name + " holds no copy and was promoted from a primary this namespace never knew (it "
+               "joined the cluster, took slots and failed over while no node of this namespace "
+               "ran, or it is a reused node): keys migrated into that primary may be lost "
+               "(OPERATIONS.md, \"A shard without a copy\")"});
+      continue;
     }
     std::vector<int32_t> uncovered;
+    auto& vouch = out.refresh.positions[s.node_id];
     for (auto& [p, checkpoint] : checkpoints) {
+      if (out.seed || joined) {
+        vouch[p] = at_checkpoint(p, checkpoint);
+        continue;
+      }
       auto pos = valid ? s.positions.find(p) : s.positions.end();
       if (valid && pos != s.positions.end()) {
         if (pos->second.first < checkpoint) {
           auto r = out.replay_from.find(p);
-          if (r == out.replay_from.end() || pos->second.first < r->second.first)
+          if (r == out.replay_from.end() || pos->second.first < r->second.first) {
             out.replay_from[p] = pos->second;
+            out.replay_cause[p] = name + "'s copy (valid in its history) stands at "
+                                  + std::to_string(pos->second.first)
+                                  + ": it may have lost writes above it";
+          }
+          vouch[p] = pos->second;
+        } else {
+          vouch[p] = at_checkpoint(p, checkpoint);
         }
         continue;
       }
       if (valid && cluster.copies_marked) {
         // A copy of this primary's own history that never named the
-        // partition: it had no position when that copy was written (the
-        // seed, WAITed for, names every partition checkpointed then), so
+        // partition: it had no position when that copy was written (every
+        // copy a start writes names every partition checkpointed then), so
         // whatever of it this primary held may be lost: replay it from the
         // start of its log.  (Found by the test kit's randomized schedules:
-        // a partition first checkpointed after the seed, whose first copy
+        // a partition first checkpointed after the start, whose first copy
         // a failover lost.)  If retention deleted part of it, the start
-        // check refuses that start.
+        // check refuses that start, naming this primary.
         out.replay_from[p] = {0, -1};
+        out.replay_cause[p] = name + "'s copy (valid in its history) does not name partition "
+                              + std::to_string(p);
         continue;
       }
       if (cluster.copies_marked)
         uncovered.push_back(p);
     }
-    if (!uncovered.empty())
+    if (!uncovered.empty()) {
       out.problems.push_back(problem{
         std::nullopt, "copy", "a copy of partitions " + partition_list(uncovered),
         s.copy == "valid" ? std::string{"none for them"} : s.copy,
         name + " holds no copy of these partitions' positions from its own history (a failover "
-               "to a replica that never received one, a chain of failovers, or its copy's slot "
-               "moved while the node was stopped): it may have lost writes the checkpoints "
-               "cover (OPERATIONS.md, \"A shard without a copy\")"});
+               "to a replica that never received one, a chain of failovers, or a restart "
+               "without its data): it may have lost writes the checkpoints cover "
+               "(OPERATIONS.md, \"A shard without a copy\")"});
+      continue;
+    }
+    if (out.seed || joined)
+      out.refresh.must_wait.insert(s.node_id);
+    out.refresh.primaries[s.node_id] = judged_primary{s.replid, s.copy_tag};
   }
   return out;
 }

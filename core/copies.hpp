@@ -32,6 +32,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -50,12 +51,24 @@ struct shard_report {
   std::string maxmemory_policy;
   std::string cluster_state;     ///< "ok" when the cluster serves every slot
   std::string replid, replid2;   ///< INFO replication master_replid(2)
+  /// CLUSTER INFO cluster_my_epoch: the primary's configuration epoch (-1
+  /// unknown).  A failover gives the promoted replica a new, larger one;
+  /// so does finishing a slot import (unless the node already had the
+  /// largest epoch of the cluster).
+  int64_t config_epoch = -1;
+  /// CLUSTER INFO cluster_current_epoch (-1 unknown).
+  int64_t current_epoch = -1;
+  /// The copy tag of its lowest slot: its copy key's name (redis::tag_for_shard).
+  std::string copy_tag;
   /// The copy: "valid", "foreign" (another history: a failover chain lost
   /// it, or the key migrated from another shard), "absent", or
   /// "unreadable: <why>".
   std::string copy = "absent";
   std::string copy_replid;       ///< the history the copy was written in
   bool slots_grew = false;       ///< serves slots the copy was not written with
+  /// The cluster's current epoch when the copy was written (-1: a copy of
+  /// an older build, which did not record it).
+  int64_t copy_current_epoch = -1;
   hash_fields copy_identity;     ///< the copy's §3 identity fields
   /// A valid copy's positions: partition -> {next_offset, leader_epoch}.
   std::map<int32_t, std::pair<int64_t, int32_t>> positions;
@@ -66,6 +79,48 @@ struct redis_cluster_state {
   std::vector<shard_report> shards;  ///< empty: not Redis Cluster mode
   std::string uncovered;             ///< slots no primary serves ("" none)
   bool copies_marked = false;        ///< meta says copies were established
+  /// The primaries the namespace has known (node id -> every replid it was
+  /// judged with), recorded by every start that wrote the copies
+  /// (copy_refresh::primaries).  Empty for a namespace whose copies an
+  /// older build established: then a primary without a copy is never
+  /// taken for a new one.
+  std::map<std::string, std::set<std::string>> known_primaries;
+};
+
+/// A primary as a start judged it: the history its copy was judged in and
+/// its copy key's tag.  A running node writes copies only while every
+/// current primary is one the start judged, in the same history, under the
+/// same key name (redis_cluster_session_store::write_copies).
+struct judged_primary {
+  std::string replid;
+  std::string copy_tag;
+  bool operator==(const judged_primary& o) const {
+    return replid == o.replid && copy_tag == o.copy_tag;
+  }
+};
+
+/// The copies a start writes before the node runs (every start in Redis
+/// Cluster mode whose judgement passed): each primary gets a copy that
+/// names every checkpointed partition it can vouch for, so that no copy
+/// key ever holds only some partitions (a new key name after a failover or
+/// a moved lowest slot; several nodes, each owning some partitions).
+struct copy_refresh {
+  /// node id -> partition -> {next_offset, leader_epoch}: the lower of the
+  /// checkpoint and that primary's valid copy (the checkpoint for a
+  /// primary that joined, and at the first start).
+  std::map<std::string, std::map<int32_t, std::pair<int64_t, int32_t>>> positions;
+  /// Primaries whose every replica must acknowledge its copy (WAIT) before
+  /// the node runs: all of them at the first start, a primary that joined
+  /// otherwise (its copy is then its only proof).  The others' copies are
+  /// WAITed for without failing (a replica that is down does not stop a
+  /// start).
+  std::set<std::string> must_wait;
+  /// meta gets copies_field (the first start).
+  bool mark = false;
+  /// node id -> its history and copy tag: recorded into the known
+  /// primaries once the copies are written, and the primaries the running
+  /// node may write copies to.
+  std::map<std::string, judged_primary> primaries;
 };
 
 /// What the copies decide.
@@ -73,10 +128,17 @@ struct copy_floor {
   /// Where a partition starts below its checkpoint (a shard's valid copy
   /// is behind it), with that copy's leader epoch.
   std::map<int32_t, std::pair<int64_t, int32_t>> replay_from;
+  /// Why a partition of replay_from starts where it does, where that is not
+  /// a copy's position (a primary's valid copy does not name it: from 0),
+  /// so that a start that cannot replay it says which primary and why.
+  std::map<int32_t, std::string> replay_cause;
   /// The copies must be seeded before the node starts (first start in
   /// Redis Cluster mode).
   bool seed = false;
   std::vector<problem> problems;
+  /// What the start writes once it passed (empty outside Redis Cluster
+  /// mode).
+  copy_refresh refresh;
 };
 
 /// The field of meta that marks copies as established (Redis Cluster mode).
@@ -85,8 +147,11 @@ inline constexpr const char* copies_field = "redis_cluster_copies";
 /// Judges `cluster` for the validated `checkpoints` of the projection
 /// `meta` (its identity fields): see the top of this file.  `partitions`
 /// are the partitions this node starts (their copies are checked).
+/// `epochs`: the checkpoints' leader epochs (where known), for the
+/// refreshed copies.
 copy_floor judge_copies(const redis_cluster_state& cluster,
-                        const std::map<int32_t, int64_t>& checkpoints, const hash_fields& meta);
+                        const std::map<int32_t, int64_t>& checkpoints, const hash_fields& meta,
+                        const std::map<int32_t, int32_t>& epochs = {});
 
 /// Prerequisites on every primary (DESIGN.md §15): Redis >= 6.2,
 /// maxmemory-policy noeviction (unless allowed), cluster_state ok, every

@@ -10,7 +10,7 @@ namespace {
 std::atomic<id> current{id::none};
 
 constexpr id all[] = {id::none, id::checkpoint_before_reply, id::skip_after_redelivery,
-                      id::stale_fence};
+                      id::stale_fence, id::copies_one_failover_back, id::copies_partial};
 
 } // namespace
 
@@ -32,6 +32,10 @@ const char* name(id x) noexcept {
       return "skip_after_redelivery";
     case id::stale_fence:
       return "stale_fence";
+    case id::copies_one_failover_back:
+      return "copies_one_failover_back";
+    case id::copies_partial:
+      return "copies_partial";
   }
   return "unknown";
 }

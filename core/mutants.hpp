@@ -21,6 +21,14 @@
 // - stale_fence (actors/identity_fence.cpp): the identity fence answers a
 //   checkpoint request at once with the last check it answered, however
 //   long before the batch's records were fetched that check started.
+// - copies_one_failover_back (redis/cluster_stores.cpp and the kit's fake
+//   session store): a running node in Redis Cluster mode writes a copy to
+//   every primary unless one it judged restarted without data or has a
+//   judged replid as its replid2 (issue 32's finding 1: a chain of
+//   failovers, or a promoted replica that missed writes, passes).
+// - copies_partial (actors/metadata_verifier.cpp): a start writes no copies
+//   (the first one seeds only its own partitions), so a new copy key names
+//   only the partitions written since (issue 32's finding 2).
 #pragma once
 
 #include <cstdint>
@@ -34,6 +42,8 @@ enum class id : uint8_t {
   checkpoint_before_reply,
   skip_after_redelivery,
   stale_fence,
+  copies_one_failover_back,
+  copies_partial,
 };
 
 /// The active mutant (a relaxed atomic load); none in production.

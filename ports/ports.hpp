@@ -104,16 +104,18 @@ public:
     (void) topic;
     return core::redis_cluster_state{};
   }
-  /// Redis Cluster mode, first start (core::judge_copies said seed): writes
-  /// every primary's copy at `positions`, waits until every replica of
-  /// every shard acknowledged it (WAIT), then marks meta.  A shard whose
+  /// Redis Cluster mode, every start whose judgement passed
+  /// (core::judge_copies' refresh): writes every primary its copy
+  /// (plan.positions), waits until the replicas acknowledged them (WAIT:
+  /// required for plan.must_wait), records plan.primaries as known, and
+  /// marks meta when plan.mark.  A primary that changed since the judgement
+  /// (failover, joined, lowest slot moved), or one of plan.must_wait whose
   /// replicas do not all acknowledge in time: ec::redis_unavailable naming
-  /// it (the node retries).  Other modes: nothing.
-  virtual caf::expected<void>
-  seed_copies(const core::identity& id,
-              const std::map<int32_t, std::pair<int64_t, int32_t>>& positions) {
+  /// it (the node retries: the start is judged again).  Other modes: nothing.
+  virtual caf::expected<void> refresh_copies(const core::identity& id,
+                                             const core::copy_refresh& plan) {
     (void) id;
-    (void) positions;
+    (void) plan;
     return caf::unit;
   }
   /// Callable from any thread: a call blocked in I/O on this store returns
@@ -167,15 +169,16 @@ public:
     (void) positions;
     return caf::unit;
   }
-  /// Redis Cluster mode: the primaries (node id -> master_replid) whose
-  /// copies the generation's start judged.  write_copies then refuses
-  /// (ec::redis_unavailable) while any of them failed over (a promoted
-  /// replica's replid2 is its replid) or restarted without its data (same
-  /// node, another replid): a copy written there could vouch for writes the
-  /// failover lost.  The writer restarts, and the start replays from the
-  /// copies.  Other modes: ignored (the default).
-  virtual void expect_primaries(const std::map<std::string, std::string>& node_replids) {
-    (void) node_replids;
+  /// Redis Cluster mode: the primaries whose copies the generation's start
+  /// judged (node id -> replid and copy tag).  write_copies then refuses
+  /// (ec::redis_unavailable) while any current primary is not one of them in
+  /// the same history under the same copy tag: a failover to it or a chain
+  /// of them, a restart without its data, a primary that joined, a moved
+  /// lowest slot.  A copy written there could vouch for writes a failover
+  /// lost, or start a key naming only some partitions.  The writer
+  /// restarts, and the start judges the copies again.  Other modes: ignored.
+  virtual void expect_primaries(const std::map<std::string, core::judged_primary>& judged) {
+    (void) judged;
   }
   /// Callable from any thread: a call blocked in I/O on this store returns
   /// promptly with an error, and so does every later call.

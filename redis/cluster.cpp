@@ -221,7 +221,12 @@ caf::expected<std::vector<primary_facts>> cluster_router::facts() {
     auto ci = (*c)->command({"CLUSTER", "INFO"});
     if (!ci)
       return ci.error();
-    f.cluster_state = info_lines(ci->get())["cluster_state"];
+    auto cl = info_lines(ci->get());
+    f.cluster_state = cl["cluster_state"];
+    if (auto e = core::parse_decimal(cl["cluster_my_epoch"]))
+      f.config_epoch = *e;
+    if (auto e = core::parse_decimal(cl["cluster_current_epoch"]))
+      f.current_epoch = *e;
     out.push_back(std::move(f));
   }
   return out;

@@ -29,6 +29,8 @@ struct primary_facts {
   std::string version;                 ///< redis_version
   std::string maxmemory_policy;
   std::string cluster_state;           ///< CLUSTER INFO cluster_state
+  int64_t config_epoch = -1;           ///< CLUSTER INFO cluster_my_epoch
+  int64_t current_epoch = -1;          ///< CLUSTER INFO cluster_current_epoch
 };
 
 /// A MOVED or ASK error reply: where the slot is (now, or for this command).

@@ -433,6 +433,8 @@ constexpr std::string_view f_shard_node = "shard_node";
 constexpr std::string_view f_shard_replid = "shard_replid";
 constexpr std::string_view f_slots = "slots";
 constexpr std::string_view f_position = "p:";
+constexpr std::string_view f_cluster_epoch = "cluster_epoch";
+constexpr std::string_view f_config_epoch = "config_epoch";
 
 caf::error copy_error(std::string_view field, std::string_view value, std::string_view what) {
   return caf::make_error(ec::refused, "copy: field " + std::string{field} + ": stored \""
@@ -449,7 +451,8 @@ bool is_replid(std::string_view s) {
 
 bool operator==(const shard_copy& a, const shard_copy& b) {
   return a.shard_node == b.shard_node && a.shard_replid == b.shard_replid && a.slots == b.slots
-         && a.identity == b.identity && a.positions == b.positions;
+         && a.identity == b.identity && a.positions == b.positions
+         && a.cluster_epoch == b.cluster_epoch && a.config_epoch == b.config_epoch;
 }
 
 std::vector<std::pair<std::string, std::string>> encode_copy_fields(const shard_copy& copy) {
@@ -458,6 +461,10 @@ std::vector<std::pair<std::string, std::string>> encode_copy_fields(const shard_
   out.emplace_back(f_shard_node, copy.shard_node);
   out.emplace_back(f_shard_replid, copy.shard_replid);
   out.emplace_back(f_slots, format_ranges(copy.slots));
+  if (copy.cluster_epoch >= 0)
+    out.emplace_back(f_cluster_epoch, std::to_string(copy.cluster_epoch));
+  if (copy.config_epoch >= 0)
+    out.emplace_back(f_config_epoch, std::to_string(copy.config_epoch));
   for (auto& [k, v] : copy.identity)
     out.emplace_back(k, v);
   for (auto& [p, pos] : copy.positions)
@@ -490,6 +497,11 @@ caf::expected<shard_copy> decode_copy(
         return copy_error(k, v, "not slot ranges like \"0-5460,10923\"");
       c.slots = std::move(*r);
       slots = true;
+    } else if (k == f_cluster_epoch || k == f_config_epoch) {
+      auto e = core::parse_decimal(v);
+      if (!e)
+        return copy_error(k, v, "not an epoch (a decimal)");
+      (k == f_cluster_epoch ? c.cluster_epoch : c.config_epoch) = *e;
     } else if (std::string_view{k}.substr(0, f_position.size()) == f_position) {
       auto p = core::parse_decimal(std::string_view{k}.substr(f_position.size()));
       if (!p || *p > std::numeric_limits<int32_t>::max())

@@ -179,11 +179,18 @@ struct shard_copy {
   std::map<std::string, std::string> identity;
   /// partition -> {next_offset, leader_epoch (-1 unknown)}.
   std::map<int32_t, std::pair<int64_t, int32_t>> positions;
+  /// CLUSTER INFO cluster_current_epoch and cluster_my_epoch of the primary
+  /// when written (-1: not recorded, a copy of an older build).  A start
+  /// that finds the copy valid only through a failover compares them with
+  /// the promoted primary's epoch (core/copies.hpp).
+  int64_t cluster_epoch = -1;
+  int64_t config_epoch = -1;
 };
 bool operator==(const shard_copy& a, const shard_copy& b);
 
-/// Hash fields: "shard_node", "shard_replid", "slots" (format_ranges), the
-/// identity fields verbatim, then "p:<partition>" = "<next_offset>:<leader_epoch>"
+/// Hash fields: "shard_node", "shard_replid", "slots" (format_ranges),
+/// "cluster_epoch" and "config_epoch" (when recorded), the identity fields
+/// verbatim, then "p:<partition>" = "<next_offset>:<leader_epoch>"
 /// per partition.  Identity names must be none of the others and not start
 /// with "p:"; partitions and next offsets must be >= 0, epochs >= -1
 /// (decode_copy() refuses what breaks this).

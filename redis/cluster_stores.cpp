@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/mutants.hpp"
 #include "messages/types.hpp"
 #include "redis/stores.hpp"
 
@@ -38,9 +39,12 @@ struct put_result {
   bool redirected = false;
   address to;  ///< where a redirection pointed
 };
+using positions_map = std::map<int32_t, std::pair<int64_t, int32_t>>;
+
+/// `positions_of(f)`: what primary f's copy names (null: f gets none).
+template <class PositionsOf>
 put_result put_copies(cluster_router& router, const std::vector<primary_facts>& facts,
-                      const core::identity& id,
-                      const std::map<int32_t, std::pair<int64_t, int32_t>>& positions) {
+                      const core::identity& id, PositionsOf positions_of) {
   std::vector<std::pair<connection*, address>> sent;
   // The commands, kept for an ASK's resend (views into keys/fields).
   std::vector<std::string> keys;
@@ -58,13 +62,18 @@ put_result put_copies(cluster_router& router, const std::vector<primary_facts>& 
     auto tag = tag_for_shard(sh);
     if (tag.empty())
       continue; // a primary without slots holds no data of ours
+    const positions_map* positions = positions_of(f);
+    if (positions == nullptr)
+      continue;
     shard_copy copy;
     copy.shard_node = f.node_id;
     copy.shard_replid = f.replid;
     copy.slots = sh.slots;
+    copy.cluster_epoch = f.current_epoch;
+    copy.config_epoch = f.config_epoch;
     for (auto& [k, v] : core::encode_meta(id))
       copy.identity.emplace(k, v);
-    copy.positions = positions;
+    copy.positions = *positions;
     keys.push_back(node_copy_key(tag, router.config().ns, id.topic, f.node_id));
     all_fields.push_back(encode_copy_fields(copy));
     std::vector<std::string_view> argv{"HSET", keys.back()};
@@ -162,6 +171,7 @@ void take_copy(core::shard_report& r, const shard_copy& copy, std::string verdic
                const std::vector<slot_range>& slots) {
   r.copy = std::move(verdict);
   r.copy_replid = copy.shard_replid;
+  r.copy_current_epoch = copy.cluster_epoch;
   r.slots_grew = !covers(copy.slots, slots);
   r.copy_identity.clear();
   for (auto& [k, v] : copy.identity)
@@ -195,7 +205,10 @@ caf::expected<core::redis_cluster_state> read_cluster_state(cluster_router& rout
     r.cluster_state = f.cluster_state;
     r.replid = f.replid;
     r.replid2 = f.replid2;
+    r.config_epoch = f.config_epoch;
+    r.current_epoch = f.current_epoch;
     auto tag = tag_for_shard(sh);
+    r.copy_tag = tag;
     if (!tag.empty()) {
       auto c = router.at(address_of(sh.primary), 1);
       if (!c)
@@ -275,31 +288,52 @@ caf::expected<core::redis_cluster_state> read_cluster_state(cluster_router& rout
   return st;
 }
 
-caf::error seed_cluster_copies(cluster_router& router, const core::identity& id,
-                               const std::map<int32_t, std::pair<int64_t, int32_t>>& positions) {
+caf::error refresh_cluster_copies(cluster_router& router, const core::identity& id,
+                                  const core::copy_refresh& plan) {
   auto facts = router.facts();
   if (!facts)
     return facts.error();
-  if (auto put = put_copies(router, *facts, id, positions); put.err)
+  // The cluster the start judged, or the start is judged again: a primary
+  // that failed over, joined or moved its lowest slot since must not get
+  // a copy vouching for what it may not hold.
+  for (size_t i = 0; i < facts->size(); ++i) {
+    auto& f = (*facts)[i];
+    auto j = plan.primaries.find(f.node_id);
+    auto tag = tag_for_shard(router.map().shards()[i]);
+    if (j == plan.primaries.end() || j->second.replid != f.replid || j->second.copy_tag != tag)
+      return caf::make_error(ec::redis_unavailable,
+                             "redis cluster: primary " + f.address + " (node "
+                               + f.node_id.substr(0, 8)
+                               + ") changed since this start judged the copies (a failover, a "
+                                 "primary that joined, or its lowest slot moved): judging again");
+  }
+  auto put = put_copies(router, *facts, id, [&](const primary_facts& f) -> const positions_map* {
+    auto p = plan.positions.find(f.node_id);
+    return p == plan.positions.end() ? nullptr : &p->second;
+  });
+  if (put.err)
     return put.err;
-  // Every replica must hold its shard's copy (and so everything below it)
-  // before the copies are trusted: a failover to a replica without one
-  // would otherwise look like a shard that never had one.
+  // A primary whose copy is its only proof (every one at the first start,
+  // one that joined): every replica must hold the copy (and so everything
+  // below it) before it is trusted, or a failover to a replica without it
+  // would look like a shard that lost its data.  The others are waited for
+  // briefly, never failing: their former copies stay valid meanwhile.
   const auto& cfg = router.config();
   auto timeout = std::to_string(std::max(1, cfg.command_timeout_ms / 2));
   for (size_t i = 0; i < facts->size(); ++i) {
     auto& f = (*facts)[i];
     if (f.replicas == 0)
       continue;
+    bool must = plan.must_wait.count(f.node_id) != 0;
     auto c = router.at(address_of(router.map().shards()[i].primary), 1);
     if (!c)
       return c.error();
-    auto w = (*c)->command({"WAIT", std::to_string(f.replicas), timeout});
+    auto w = (*c)->command({"WAIT", std::to_string(f.replicas), must ? timeout : "100"});
     if (!w)
       return w.error();
-    if ((*w)->integer < static_cast<long long>(f.replicas))
+    if (must && (*w)->integer < static_cast<long long>(f.replicas))
       return caf::make_error(ec::redis_unavailable,
-                             "seeding the Redis Cluster copies: primary " + f.address + " (node "
+                             "writing the Redis Cluster copies: primary " + f.address + " (node "
                                + f.node_id.substr(0, 8) + "): " + std::to_string((*w)->integer)
                                + " of its " + std::to_string(f.replicas)
                                + " replicas acknowledged within " + timeout
@@ -591,67 +625,78 @@ caf::expected<session_list> redis_cluster_session_store::sessions(const std::str
   return caf::make_error(ec::redis_reply, "redis cluster: " + key + " redirected more than 5 times");
 }
 
-namespace {
-
-// A primary that failed over (a replica promoted: its replid2 is the old
-// primary's replid) or restarted without its data (same node, another
-// replid) since `before` was learned: the writes it lost may lie below the
-// positions a copy would vouch for now.  (Found by the test kit's
-// randomized schedules: a copy written after the failover, to the promoted
-// replica, covered ZADDs the failover had lost, and the next start replayed
-// from it.)
-caf::error failed_over_since(const std::vector<primary_facts>& before,
-                             const std::vector<primary_facts>& now) {
-  for (auto& n : now)
-    for (auto& b : before)
-      if ((n.node_id == b.node_id && n.replid != b.replid)
-          || (n.node_id != b.node_id && n.replid2 == b.replid))
+caf::error redis_cluster_session_store::one_failover_back() const {
+  // The mutant copies_one_failover_back: the check before issue 32 (a
+  // primary judged that restarted without data, or a promoted replica whose
+  // replid2 is a judged replid; nothing else).
+  for (auto& n : facts_)
+    for (auto& [node, judged] : expected_)
+      if ((n.node_id == node && n.replid != judged.replid)
+          || (n.node_id != node && n.replid2 == judged.replid))
         return caf::make_error(ec::redis_unavailable,
-                               "redis cluster: primary " + n.address + " took over from "
-                                 + b.address
-                                 + " (a failover, or a restart without its data) since this "
-                                   "generation learned the primaries: no copy is written to "
-                                   "it; the restart replays from the copies");
+                               "redis cluster: primary " + n.address
+                                 + " took over since this generation learned the primaries");
   return caf::none;
 }
 
-} // namespace
+caf::error redis_cluster_session_store::check_judged() const {
+  // Every current primary must be one the start judged, in the history it
+  // was judged in, under the copy key it was judged by.  Anything else (a
+  // failover, a chain of them, a restart without data, a primary that
+  // joined, a moved lowest slot) is for a start to judge: a copy written
+  // now could vouch for writes a failover lost (a promoted replica that
+  // missed them, relearnt after a MOVED), or start a key that names only
+  // this round's partitions.
+  const auto& shards = router_->map().shards();
+  for (auto& f : facts_) {
+    auto s = router_->map().shard_by_node(f.node_id);
+    auto tag = s < 0 ? std::string{} : tag_for_shard(shards[static_cast<size_t>(s)]);
+    auto e = expected_.find(f.node_id);
+    std::string why;
+    if (e == expected_.end())
+      why = " is not a primary this generation's start judged (a failover to it, a chain of "
+            "them, or it joined the cluster)";
+    else if (e->second.replid != f.replid)
+      why = " changed its replication history since this generation's start judged it (a "
+            "restart without its data)";
+    else if (!tag.empty() && e->second.copy_tag != tag)
+      why = "'s lowest slot moved since this generation's start judged it (its copy key's "
+            "name changes)";
+    if (!why.empty())
+      return caf::make_error(ec::redis_unavailable,
+                             "redis cluster: primary " + f.address + " (node "
+                               + f.node_id.substr(0, 8) + ")" + why
+                               + ": no copy is written; the restart judges the copies again");
+  }
+  return caf::none;
+}
 
 caf::expected<void> redis_cluster_session_store::write_copies(
   const core::identity& id, const std::map<int32_t, std::pair<int64_t, int32_t>>& positions) {
   if (positions.empty())
     return caf::unit;
-  // A primary the facts do not know (slots moved to a new one): learn
-  // every primary again, or it would get no copy.
+  // A primary the facts do not know (slots moved to a new one, or a
+  // failover): learn every primary again, or it would get no copy.
   bool known = facts_.size() == router_->map().shards().size();
   for (auto& sh : router_->map().shards())
     known = known && std::any_of(facts_.begin(), facts_.end(),
                                  [&](const primary_facts& f) { return f.node_id == sh.primary.id; });
-  auto relearn = [this]() -> caf::error {
-    auto before = facts_;
+  auto check = [this]() -> caf::error {
+    if (expected_.empty())
+      return caf::error{};
+    if (mutant::active() == mutant::id::copies_one_failover_back)
+      return one_failover_back();
+    return check_judged();
+  };
+  if (!known) {
     if (auto err = learn_primaries())
       return err;
-    return failed_over_since(before, facts_);
-  };
-  if (!known)
-    if (auto err = relearn())
-      return err;
-  // The primaries the start judged: none of them may have failed over since
-  // (the store may have been made, and learnt the primaries, long after).
-  if (!expected_.empty()) {
-    std::vector<primary_facts> judged;
-    for (auto& [node, replid] : expected_) {
-      primary_facts f;
-      f.node_id = node;
-      f.address = "node " + node.substr(0, 8);
-      f.replid = replid;
-      judged.push_back(std::move(f));
-    }
-    if (auto err = failed_over_since(judged, facts_))
-      return err;
   }
+  if (auto err = check())
+    return err;
+  auto all = [&](const primary_facts&) { return &positions; };
   for (int attempt = 0; attempt < 4; ++attempt) {
-    auto put = put_copies(*router_, facts_, id, positions);
+    auto put = put_copies(*router_, facts_, id, all);
     if (!put.err)
       return caf::unit;
     if (!put.redirected)
@@ -663,7 +708,9 @@ caf::expected<void> redis_cluster_session_store::write_copies(
     count(put.to, {0, 0, 1, 0});
     if (auto err = router_->refresh(put.to.port != 0 ? &put.to : nullptr))
       return err;
-    if (auto err = relearn())
+    if (auto err = learn_primaries())
+      return err;
+    if (auto err = check())
       return err;
   }
   return caf::make_error(ec::redis_unavailable,

@@ -23,12 +23,14 @@ caf::expected<std::unique_ptr<connection>> open_namespace_shard(const settings& 
 caf::expected<core::redis_cluster_state> read_cluster_state(cluster_router& router,
                                                             const std::string& topic);
 
-/// Writes every primary's copy of `positions` (they hold every write below
-/// them), then WAITs on each for all of its replicas; a shard whose
-/// replicas do not all acknowledge within the command timeout is
-/// ec::redis_unavailable naming it.
-caf::error seed_cluster_copies(cluster_router& router, const core::identity& id,
-                               const std::map<int32_t, std::pair<int64_t, int32_t>>& positions);
+/// A start's copies (core::copy_refresh): refuses (ec::redis_unavailable:
+/// the start is judged again) unless every primary is one `plan` judged, in
+/// the same history and under the same copy tag; writes each primary its
+/// copy of plan.positions, then WAITs on every primary for all of its
+/// replicas: one of plan.must_wait whose replicas do not all acknowledge
+/// within half the command timeout is ec::redis_unavailable naming it.
+caf::error refresh_cluster_copies(cluster_router& router, const core::identity& id,
+                                  const core::copy_refresh& plan);
 
 /// Pipelined ZADD GT split by shard: each batch's commands go to every
 /// shard at once; confirm() reads every shard's replies, following MOVED
@@ -50,8 +52,8 @@ public:
   caf::expected<void>
   write_copies(const core::identity& id,
                const std::map<int32_t, std::pair<int64_t, int32_t>>& positions) override;
-  void expect_primaries(const std::map<std::string, std::string>& node_replids) override {
-    expected_ = node_replids;
+  void expect_primaries(const std::map<std::string, core::judged_primary>& judged) override {
+    expected_ = judged;
   }
   void interrupt() override;
 
@@ -60,8 +62,13 @@ public:
   uint64_t asked() const { return asked_; }
 
 private:
-  /// The primaries (node id -> replid) the generation's start judged.
-  std::map<std::string, std::string> expected_;
+  /// The primaries the generation's start judged.
+  std::map<std::string, core::judged_primary> expected_;
+  /// ec::redis_unavailable unless every primary of facts_ is one of
+  /// expected_, with the same replid and copy tag.
+  caf::error check_judged() const;
+  /// The check before issue 32 (the mutant copies_one_failover_back).
+  caf::error one_failover_back() const;
   redis_cluster_session_store(std::unique_ptr<cluster_router> r, std::shared_ptr<metrics> stats)
     : router_(std::move(r)), stats_(std::move(stats)) {}
   void count(const address& to, const metrics::shard_counters& add) {

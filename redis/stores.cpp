@@ -347,6 +347,10 @@ void redis_checkpoint_store::interrupt() {
     router_->interrupt();
 }
 
+std::string primaries_key(const std::string& ns, const std::string& topic) {
+  return ns + ":primaries:" + topic;
+}
+
 caf::expected<core::redis_cluster_state>
 redis_checkpoint_store::cluster_state(const std::string& topic) {
   if (!router_)
@@ -354,22 +358,67 @@ redis_checkpoint_store::cluster_state(const std::string& topic) {
   auto marked = conn_->command({"HGET", meta_key(conn_->config().ns), core::copies_field});
   if (!marked)
     return marked.error();
+  auto known = conn_->command({"HGETALL", primaries_key(conn_->config().ns, topic)});
+  if (!known)
+    return known.error();
   auto st = read_cluster_state(*router_, topic);
   if (!st)
     return st.error();
   st->copies_marked = str(marked->get()) == "1";
+  // node id -> "replid replid ..." (every history it was judged in).
+  auto* rep = known->get();
+  for (size_t k = 0; rep->type == REDIS_REPLY_ARRAY && k + 1 < rep->elements; k += 2) {
+    auto& replids = st->known_primaries[std::string{rep->element[k]->str, rep->element[k]->len}];
+    std::string_view text{rep->element[k + 1]->str, rep->element[k + 1]->len};
+    while (!text.empty()) {
+      auto sp = text.find(' ');
+      if (sp != 0)
+        replids.emplace(text.substr(0, sp));
+      text = sp == std::string_view::npos ? std::string_view{} : text.substr(sp + 1);
+    }
+  }
   return st;
 }
 
-caf::expected<void> redis_checkpoint_store::seed_copies(
-  const core::identity& id, const std::map<int32_t, std::pair<int64_t, int32_t>>& positions) {
+caf::expected<void> redis_checkpoint_store::refresh_copies(const core::identity& id,
+                                                           const core::copy_refresh& plan) {
   if (!router_)
     return caf::unit;
-  if (auto err = seed_cluster_copies(*router_, id, positions))
+  if (auto err = refresh_cluster_copies(*router_, id, plan))
     return err;
-  auto r = conn_->command({"HSET", meta_key(conn_->config().ns), core::copies_field, "1"});
-  if (!r)
-    return r.error();
+  // The primaries the copies were written to become known: a later start
+  // tells one that joined (unknown, no former history) from one that lost
+  // its data (known).  Every history a node was judged in is kept.
+  auto& ns = conn_->config().ns;
+  auto key = primaries_key(ns, id.topic);
+  if (!plan.primaries.empty()) {
+    auto cur = conn_->command({"HGETALL", key});
+    if (!cur)
+      return cur.error();
+    std::map<std::string, std::string> had;
+    auto* rep = cur->get();
+    for (size_t k = 0; rep->type == REDIS_REPLY_ARRAY && k + 1 < rep->elements; k += 2)
+      had[std::string{rep->element[k]->str, rep->element[k]->len}] =
+        std::string{rep->element[k + 1]->str, rep->element[k + 1]->len};
+    std::vector<std::string> argv{"HSET", key};
+    for (auto& [node, judged] : plan.primaries) {
+      auto& v = had[node];
+      if ((" " + v + " ").find(" " + judged.replid + " ") != std::string::npos)
+        continue;
+      argv.push_back(node);
+      argv.push_back(v.empty() ? judged.replid : v + " " + judged.replid);
+    }
+    if (argv.size() > 2) {
+      auto r = conn_->command(argv);
+      if (!r)
+        return r.error();
+    }
+  }
+  if (plan.mark) {
+    auto r = conn_->command({"HSET", meta_key(ns), core::copies_field, "1"});
+    if (!r)
+      return r.error();
+  }
   return caf::unit;
 }
 

@@ -21,6 +21,9 @@ std::string epoch_key(const std::string& ns, const std::string& topic, int32_t p
 std::string owner_key(const std::string& ns, const std::string& topic, int32_t partition);
 /// ... and what its owner last published (with a TTL).
 std::string status_key(const std::string& ns, const std::string& topic, int32_t partition);
+/// Redis Cluster mode: the primaries the namespace has known (node id ->
+/// the replids it was judged in, space-separated), in the namespace's slot.
+std::string primaries_key(const std::string& ns, const std::string& topic);
 /// `s` with Redis glob metacharacters escaped, for SCAN MATCH.
 std::string glob_escape(const std::string& s);
 
@@ -47,9 +50,8 @@ public:
                                 const std::string& node, int64_t now_ms,
                                 uint64_t mine = 0) override;
   caf::expected<core::redis_cluster_state> cluster_state(const std::string& topic) override;
-  caf::expected<void>
-  seed_copies(const core::identity& id,
-              const std::map<int32_t, std::pair<int64_t, int32_t>>& positions) override;
+  caf::expected<void> refresh_copies(const core::identity& id,
+                                     const core::copy_refresh& plan) override;
   void interrupt() override;
 
 private:

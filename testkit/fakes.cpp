@@ -2,6 +2,7 @@
 
 #include "core/cluster.hpp"
 #include "core/dispatch.hpp"
+#include "core/mutants.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -525,6 +526,9 @@ void fake_world::make_redis_cluster(int32_t shards) {
     s.replid = next_replid();
     s.replid2 = std::string(40, '0');
     s.copy = "absent";
+    s.config_epoch = i + 1;
+    s.current_epoch = n;
+    s.copy_tag = std::to_string(first);
     cluster.shards.push_back(std::move(s));
   }
 }
@@ -578,6 +582,14 @@ size_t fake_world::shard_failover(int32_t shard, size_t n) {
   auto& sh = cluster.shards[static_cast<size_t>(shard)];
   sh.replid2 = sh.replid;
   sh.replid = next_replid();
+  // The promoted replica takes a new configuration epoch, the cluster's
+  // largest.
+  int64_t top = 0;
+  for (auto& o : cluster.shards)
+    top = std::max({top, o.current_epoch, o.config_epoch});
+  for (auto& o : cluster.shards)
+    o.current_epoch = top + 1;
+  sh.config_epoch = top + 1;
   ++redis_resets;
   return affected;
 }
@@ -1465,39 +1477,69 @@ std::shared_ptr<fake_port_factory> make_fake_ports(std::shared_ptr<fake_world> w
 namespace qsp::test {
 
 void fake_world::record_copy(const std::map<int32_t, std::pair<int64_t, int32_t>>& positions,
-                             bool seed) {
+                             bool seed, const copy_plan* per_node) {
   copy_write w;
   w.positions = positions;
   w.seed = seed;
-  for (auto& [p, at] : positions) {
-    if (p < 0 || p >= partition_count())
-      continue;
-    for (auto& e : part(p).log) {
-      if (e.offset >= at.first || e.offset < part(p).low || e.kind != entry_kind::data)
+  // Every entry below a copy's positions whose session set lives on that
+  // copy's shard must be in Redis already.
+  auto check = [&](const std::map<int32_t, std::pair<int64_t, int32_t>>& at_of, int32_t shard) {
+    for (auto& [p, at] : at_of) {
+      if (p < 0 || p >= partition_count())
         continue;
-      core::dispatch d;
-      std::string why;
-      if (!core::json_decoder{}.decode(e.value, d, why))
-        continue;
-      for (auto& u : d.recipients) {
-        auto sc = score(u, d.conversation_id);
-        if (!sc || *sc < d.created_at)
-          w.unapplied.push_back("partition " + std::to_string(p) + " offset "
-                                + std::to_string(e.offset) + " user " + u);
+      for (auto& e : part(p).log) {
+        if (e.offset >= at.first || e.offset < part(p).low || e.kind != entry_kind::data)
+          continue;
+        core::dispatch d;
+        std::string why;
+        if (!core::json_decoder{}.decode(e.value, d, why))
+          continue;
+        for (auto& u : d.recipients) {
+          if (shard >= 0 && shard_of(convs_prefix + u) != shard)
+            continue;
+          auto sc = score(u, d.conversation_id);
+          if (!sc || *sc < d.created_at)
+            w.unapplied.push_back("partition " + std::to_string(p) + " offset "
+                                  + std::to_string(e.offset) + " user " + u);
+        }
       }
     }
-  }
+  };
+  if (per_node == nullptr)
+    check(positions, -1);
   copy_writes.push_back(std::move(w));
   for (size_t i = 0; i < cluster.shards.size(); ++i) {
     auto& sh = cluster.shards[i];
+    if (per_node != nullptr) {
+      // A start's copies: each primary its own positions, in its current
+      // history.
+      auto at = per_node->find(sh.node_id);
+      if (at == per_node->end())
+        continue;
+      check(at->second, static_cast<int32_t>(i));
+      note_copy(i);
+      if (copy_verdict(sh) != "valid")
+        sh.positions.clear();
+      sh.copy = "valid";
+      sh.copy_replid = sh.replid;
+      sh.copy_current_epoch = sh.current_epoch;
+      for (auto& [p, pos] : at->second)
+        sh.positions[p] = pos;
+      continue;
+    }
     if (copy_verdict(sh) == "valid" || seed) {
       note_copy(i);
       sh.copy = "valid";
       sh.copy_replid = sh.replid; // the history it is written in
+      sh.copy_current_epoch = sh.current_epoch;
       for (auto& [p, at] : positions)
         sh.positions[p] = at;
     }
   }
+  if (per_node != nullptr && !copy_writes.back().unapplied.empty())
+    copy_writes.back().positions.clear();
+  if (per_node != nullptr)
+    copy_writes.back().unapplied = w.unapplied;
 }
 
 caf::expected<core::redis_cluster_state> fake_checkpoint_store::cluster_state(const std::string&) {
@@ -1517,24 +1559,36 @@ caf::expected<core::redis_cluster_state> fake_checkpoint_store::cluster_state(co
   return st;
 }
 
-caf::expected<void> fake_checkpoint_store::seed_copies(
-  const core::identity&, const std::map<int32_t, std::pair<int64_t, int32_t>>& positions) {
+caf::expected<void> fake_checkpoint_store::refresh_copies(const core::identity&,
+                                                          const core::copy_refresh& plan) {
   lock g{w_->mtx};
-  if (auto err = w_->redis_gate("seeding the copies"))
+  if (auto err = w_->redis_gate("writing the copies"))
     return err;
   if (w_->cluster.shards.empty())
     return caf::unit;
+  // As refresh_cluster_copies: only the cluster the start judged.
+  for (auto& sh : w_->cluster.shards) {
+    auto j = plan.primaries.find(sh.node_id);
+    if (j == plan.primaries.end() || j->second.replid != sh.replid)
+      return caf::make_error(ec::redis_unavailable,
+                             "fake redis cluster: primary " + sh.address
+                               + " changed since this start judged the copies: judging again");
+  }
   {
     fake_world::write_scope write{*w_};
-    w_->record_copy(positions, true);
+    w_->record_copy({}, plan.mark, &plan.positions);
   }
   // WAIT: every replica of every shard acknowledged the copies, and with
   // them everything written before (replication is ordered): no failover
-  // can lose any of it any more.
+  // can lose any of it any more.  (The simulated replicas are always up.)
   w_->wait_all_replicas();
-  fake_world::write_scope write{*w_};
-  w_->note_key(w_->meta_key());
-  w_->hashes[w_->meta_key()][core::copies_field] = "1";
+  for (auto& [node, j] : plan.primaries)
+    w_->cluster.known_primaries[node].insert(j.replid);
+  if (plan.mark) {
+    fake_world::write_scope write{*w_};
+    w_->note_key(w_->meta_key());
+    w_->hashes[w_->meta_key()][core::copies_field] = "1";
+  }
   return caf::unit;
 }
 
@@ -1545,20 +1599,27 @@ caf::expected<void> fake_session_store::write_copies(
     return err;
   if (w_->cluster.shards.empty())
     return caf::unit;
-  // As redis_cluster_session_store: a primary the start judged that failed
-  // over since (its replid changed) gets no copy.
-  for (auto& sh : w_->cluster.shards)
-    if (auto e = expected_.find(sh.node_id); e != expected_.end() && e->second != sh.replid)
+  // As redis_cluster_session_store: every primary must be one the start
+  // judged, in the same history (the mutant copies_one_failover_back: only
+  // a judged one that changed its replid is refused).
+  for (auto& sh : w_->cluster.shards) {
+    auto e = expected_.find(sh.node_id);
+    bool refused = mutant::active() == mutant::id::copies_one_failover_back || expected_.empty()
+                     ? e != expected_.end() && e->second.replid != sh.replid
+                     : e == expected_.end() || e->second.replid != sh.replid;
+    if (refused)
       return caf::make_error(ec::redis_unavailable,
                              "fake redis cluster: primary " + sh.address
-                               + " took over from a failed primary since this generation's "
-                                 "start judged the copies: no copy is written to it");
-  for (size_t i = 0; i < w_->cluster.shards.size() && i < replids_.size(); ++i)
-    if (w_->cluster.shards[i].replid != replids_[i])
-      return caf::make_error(ec::redis_unavailable,
-                             "fake redis cluster: primary " + w_->cluster.shards[i].address
-                               + " took over from a failed primary since this generation "
-                                 "learned the primaries: no copy is written to it");
+                               + " is not one this generation's start judged in its history: no "
+                                 "copy is written to it");
+  }
+  if (mutant::active() != mutant::id::copies_one_failover_back)
+    for (size_t i = 0; i < w_->cluster.shards.size() && i < replids_.size(); ++i)
+      if (w_->cluster.shards[i].replid != replids_[i])
+        return caf::make_error(ec::redis_unavailable,
+                               "fake redis cluster: primary " + w_->cluster.shards[i].address
+                                 + " took over from a failed primary since this generation "
+                                   "learned the primaries: no copy is written to it");
   fake_world::write_scope write{*w_};
   w_->record_copy(positions, false);
   return caf::unit;

@@ -459,7 +459,11 @@ struct fake_world {
   void wake(int32_t p);
   /// Records a copy write (see copy_writes) and, in Redis Cluster mode,
   /// sets the positions of every valid copy.
-  void record_copy(const std::map<int32_t, std::pair<int64_t, int32_t>>& positions, bool seed);
+  /// `per_node`: a start's copies (node id -> positions), each primary its
+  /// own, written in its current history.
+  using copy_plan = std::map<std::string, std::map<int32_t, std::pair<int64_t, int32_t>>>;
+  void record_copy(const std::map<int32_t, std::pair<int64_t, int32_t>>& positions, bool seed,
+                   const copy_plan* per_node = nullptr);
 
 private:
   friend class fake_checkpoint_store;
@@ -564,9 +568,8 @@ public:
                                 const std::string& node, int64_t now_ms,
                                 uint64_t mine = 0) override;
   caf::expected<core::redis_cluster_state> cluster_state(const std::string& topic) override;
-  caf::expected<void>
-  seed_copies(const core::identity& id,
-              const std::map<int32_t, std::pair<int64_t, int32_t>>& positions) override;
+  caf::expected<void> refresh_copies(const core::identity& id,
+                                     const core::copy_refresh& plan) override;
 
 private:
   std::shared_ptr<fake_world> w_;
@@ -587,12 +590,12 @@ public:
   caf::expected<void>
   write_copies(const core::identity& id,
                const std::map<int32_t, std::pair<int64_t, int32_t>>& positions) override;
-  void expect_primaries(const std::map<std::string, std::string>& node_replids) override {
-    expected_ = node_replids;
+  void expect_primaries(const std::map<std::string, core::judged_primary>& judged) override {
+    expected_ = judged;
   }
 
 private:
-  std::map<std::string, std::string> expected_;
+  std::map<std::string, core::judged_primary> expected_;
   /// The primaries' histories when this store was made (it learns the
   /// primaries then, as the real Redis Cluster store does): a copy is
   /// written only to the primaries it learned (redis/cluster_stores.cpp,

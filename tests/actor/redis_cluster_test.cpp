@@ -104,9 +104,11 @@ CAF_TEST(the start is the lowest of the checkpoint and every primary copy) {
   // Redis holds what the surviving copies vouch for: records below 25 (the
   // entries 25..39 went with the failed-over primary's lost writes).
   floor[0] = 0;
-  for (int64_t off = 0; off < 25; ++off)
+  // The other two primaries kept theirs (their copies say 40).
+  for (int64_t off = 0; off < 40; ++off)
     for (auto& u : {"u" + std::to_string(off % 5), "u" + std::to_string((off + 1) % 5)})
-      world->sessions[u]["p0-c" + std::to_string(off)] = 1000 + off;
+      if (off < 25 || world->shard_of(world->convs_prefix + u) != 1)
+        world->sessions[u]["p0-c" + std::to_string(off)] = 1000 + off;
   std::vector<int64_t> written;
   world->before_checkpoint_write = [&](int32_t, int64_t next) { written.push_back(next); };
   settings.max_batch_records = 5;
@@ -154,8 +156,12 @@ CAF_TEST(a valid copy without a checkpointed partition replays it from the log s
   three_shards({{"valid", 20}, {"valid", -1}, {"valid", 20}});
   seed_checkpoints({{0, 20}});
   mark_copies();
-  // The entries the failed-over primary lost (the replay restores them).
-  world->sessions.clear();
+  // The other two primaries hold what their copies (at 20) vouch for; the
+  // failed-over primary lost its entries (the replay restores them).
+  for (int64_t off = 0; off < 20; ++off)
+    for (auto& u : {"u" + std::to_string(off % 5), "u" + std::to_string((off + 1) % 5)})
+      if (world->shard_of(world->convs_prefix + u) != 1)
+        world->sessions[u]["p0-c" + std::to_string(off)] = 1000 + off;
   floor.clear();
   h0 = world->lsos();
   start();

@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "qsession/projection/types.hpp"
 
 namespace qsp::redis {
@@ -442,6 +444,25 @@ TEST(ClusterMapCopy, RoundTrips) {
   auto e = decode_copy(encode_copy_fields(bare));
   ASSERT_TRUE(e) << message(e.error());
   EXPECT_EQ(*e, bare);
+  // The epochs (issue 32): written when known, read back; a copy of an
+  // older build has none (-1).
+  c.cluster_epoch = 17;
+  c.config_epoch = 9;
+  auto fields = encode_copy_fields(c);
+  EXPECT_NE(std::find(fields.begin(), fields.end(),
+                      std::pair<std::string, std::string>{"cluster_epoch", "17"}),
+            fields.end());
+  auto g = decode_copy(fields);
+  ASSERT_TRUE(g) << message(g.error());
+  EXPECT_EQ(g->cluster_epoch, 17);
+  EXPECT_EQ(g->config_epoch, 9);
+  EXPECT_EQ(e->cluster_epoch, -1);
+  fields.emplace_back("config_epoch", "x");
+  fields.erase(std::find(fields.begin(), fields.end(),
+                         std::pair<std::string, std::string>{"config_epoch", "9"}));
+  auto bad = decode_copy(fields);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(message(bad.error()).find("config_epoch"), std::string::npos);
 }
 
 TEST(ClusterMapCopy, DecodeIsStrict) {

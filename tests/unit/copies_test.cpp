@@ -112,3 +112,113 @@ TEST(Copies, PrerequisitesOnEveryPrimary) {
   EXPECT_EQ(ps.size(), 4u);
   EXPECT_EQ(check_cluster_prerequisites(c, true).size(), 3u);
 }
+
+// Issue 32, finding 2: a start writes every primary a copy naming every
+// checkpointed partition (the lower of the checkpoint and that primary's
+// valid copy), whichever node owns it, so that no copy key ever vouches for
+// only some partitions.  Before the fix there was no refresh: the seed named
+// the seeding node's partitions only.
+TEST(Copies, EveryStartVouchesForEveryCheckpointedPartitionOnEveryPrimary) {
+  redis_cluster_state c;
+  c.copies_marked = true;
+  c.known_primaries = {{"n1-id", {a40}}, {"n2-id", {a40}}};
+  c.shards = {primary("n1", "valid", 40), primary("n2", "valid", 25)};
+  c.shards[0].positions[1] = {70, 2};
+  c.shards[1].positions[1] = {90, 2};
+  c.shards[0].copy_tag = "0";
+  auto f = judge_copies(c, {{0, 40}, {1, 80}, {2, 5}}, meta, {{0, 3}, {1, 2}, {2, 1}});
+  ASSERT_TRUE(f.problems.empty());
+  // Partition 2 has no position in either copy: it is replayed from 0 and
+  // named by neither refreshed copy (nothing proves more).
+  EXPECT_EQ(f.replay_from.at(2), (std::pair<int64_t, int32_t>{0, -1}));
+  EXPECT_NE(f.replay_cause.at(2).find("does not name partition 2"), std::string::npos);
+  auto& n1 = f.refresh.positions.at("n1-id");
+  auto& n2 = f.refresh.positions.at("n2-id");
+  EXPECT_EQ(n1.at(0), (std::pair<int64_t, int32_t>{40, 3}));  // the checkpoint
+  EXPECT_EQ(n1.at(1), (std::pair<int64_t, int32_t>{70, 2}));  // the copy, lower
+  EXPECT_EQ(n2.at(0), (std::pair<int64_t, int32_t>{25, 3}));  // the copy, lower
+  EXPECT_EQ(n2.at(1), (std::pair<int64_t, int32_t>{80, 2}));  // never above the checkpoint
+  EXPECT_EQ(n1.count(2), 0u);
+  EXPECT_TRUE(f.refresh.must_wait.empty());
+  EXPECT_FALSE(f.refresh.mark);
+  EXPECT_EQ(f.refresh.primaries.at("n1-id").replid, a40);
+  EXPECT_EQ(f.refresh.primaries.at("n1-id").copy_tag, "0");
+  // The first start: every primary at every checkpoint, every replica
+  // acknowledging, and meta marked.
+  c.copies_marked = false;
+  auto seed = judge_copies(c, {{0, 40}, {1, 80}}, meta, {{0, 3}});
+  EXPECT_TRUE(seed.refresh.mark);
+  EXPECT_EQ(seed.refresh.must_wait.size(), 2u);
+  EXPECT_EQ(seed.refresh.positions.at("n2-id").at(1), (std::pair<int64_t, int32_t>{80, -1}));
+}
+
+// Issue 32, finding 3: a primary that joined (unknown to the namespace, no
+// former history) is new, not one that lost its data: it gets a copy at
+// the checkpoints, WAITed for.  A known one without a copy, or one promoted
+// from a primary the namespace never knew, still refuses, naming it.
+TEST(Copies, APrimaryThatJoinedIsNewAndAnUnexplainedCopylessOneRefuses) {
+  redis_cluster_state c;
+  c.copies_marked = true;
+  c.known_primaries = {{"n1-id", {a40}}};
+  auto joined = primary("n9", "absent");
+  joined.replid = b40;
+  c.shards = {primary("n1", "valid", 40), joined};
+  auto f = judge_copies(c, {{0, 40}}, meta);
+  EXPECT_TRUE(f.problems.empty());
+  EXPECT_TRUE(f.replay_from.empty());
+  EXPECT_EQ(f.refresh.positions.at("n9-id").at(0).first, 40);
+  EXPECT_EQ(f.refresh.must_wait.count("n9-id"), 1u);
+  EXPECT_EQ(f.refresh.primaries.count("n9-id"), 1u);
+  // The same node restarted without its data (known node id): refused.
+  c.known_primaries["n9-id"] = {std::string(40, 'c')};
+  auto lost = judge_copies(c, {{0, 40}}, meta);
+  ASSERT_EQ(lost.problems.size(), 1u);
+  EXPECT_NE(lost.problems[0].reason.find("n9"), std::string::npos);
+  // Promoted from a primary the namespace never knew: refused, saying so.
+  c.known_primaries.erase("n9-id");
+  c.shards[1].replid2 = std::string(40, 'd');
+  auto promoted = judge_copies(c, {{0, 40}}, meta);
+  ASSERT_EQ(promoted.problems.size(), 1u);
+  EXPECT_NE(promoted.problems[0].reason.find("never knew"), std::string::npos);
+  // Promoted from a known primary that never gave it a copy: refused too.
+  c.shards[1].replid2 = a40;
+  EXPECT_EQ(judge_copies(c, {{0, 40}}, meta).problems.size(), 1u);
+  // A namespace whose copies an older build established (no known
+  // primaries): a copyless primary is never taken for a new one.
+  c.shards[1].replid2 = z40;
+  c.known_primaries.clear();
+  EXPECT_EQ(judge_copies(c, {{0, 40}}, meta).problems.size(), 1u);
+}
+
+// Issue 32, finding 4: a copy valid only through a failover whose slots
+// look unchanged, but a slot left the old primary and came back before the
+// failover (each import's end bumps a configuration epoch).  Before the fix
+// the sets were compared only, and this start trusted the copy.
+TEST(Copies, AMigrationThereAndBackBeforeAFailoverRefuses) {
+  redis_cluster_state c;
+  c.copies_marked = true;
+  c.known_primaries = {{"t-id", {a40}}, {"s-id", {a40}}};
+  auto t = primary("t", "valid", 40);  // the copy was written at cluster epoch 5
+  t.copy_current_epoch = 5;
+  t.replid = b40;  // failed over since: valid through replid2
+  t.replid2 = a40;
+  auto s = primary("s", "valid", 40);
+  // Slot s moved T -> S (S took epoch 6), back S -> T (T took 7), then T
+  // failed over (8).  S still holds 6; 7 is held by none.
+  s.config_epoch = 6;
+  t.config_epoch = 8;
+  c.shards = {t, s};
+  auto f = judge_copies(c, {{0, 40}}, meta);
+  ASSERT_EQ(f.problems.size(), 1u);
+  EXPECT_EQ(f.problems[0].field, "copy epoch");
+  EXPECT_NE(f.problems[0].observed.find("7"), std::string::npos);
+  // A failover of S in between explains its epoch: the copy stands.
+  c.shards[0].config_epoch = 7;
+  EXPECT_TRUE(judge_copies(c, {{0, 40}}, meta).problems.empty());
+  // Without a failover since the copy, imports are the primary's own
+  // stream: the copy stands whatever the epochs.
+  c.shards[0].config_epoch = 12;
+  c.shards[0].replid = a40;
+  c.shards[0].replid2 = z40;
+  EXPECT_TRUE(judge_copies(c, {{0, 40}}, meta).problems.empty());
+}
