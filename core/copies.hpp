@@ -111,9 +111,9 @@ struct copy_refresh {
   std::map<std::string, std::map<int32_t, std::pair<int64_t, int32_t>>> positions;
   /// Primaries whose every replica must acknowledge its copy (WAIT) before
   /// the node runs: all of them at the first start, a primary that joined
-  /// otherwise (its copy is then its only proof).  The others' copies are
-  /// WAITed for without failing (a replica that is down does not stop a
-  /// start).
+  /// otherwise (its copy is then its only proof).  The others keep their
+  /// former copies meanwhile: no WAIT (a replica that is down does not stop
+  /// a start).
   std::set<std::string> must_wait;
   /// meta gets copies_field (the first start).
   bool mark = false;

@@ -106,8 +106,8 @@ public:
   }
   /// Redis Cluster mode, every start whose judgement passed
   /// (core::judge_copies' refresh): writes every primary its copy
-  /// (plan.positions), waits until the replicas acknowledged them (WAIT:
-  /// required for plan.must_wait), records plan.primaries as known, and
+  /// (plan.positions), waits until the replicas of plan.must_wait
+  /// acknowledged theirs (WAIT), records plan.primaries as known, and
   /// marks meta when plan.mark.  A primary that changed since the judgement
   /// (failover, joined, lowest slot moved), or one of plan.must_wait whose
   /// replicas do not all acknowledge in time: ec::redis_unavailable naming

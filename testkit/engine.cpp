@@ -159,7 +159,8 @@ std::map<std::string, std::map<std::string, int64_t>> engine::expected_sessions(
   std::map<std::string, std::map<std::string, int64_t>> out;
   for (int32_t p = 0; p < world->partition_count(); ++p) {
     auto& fp = world->part(p);
-    for (int64_t off = std::max(floor_of(p), fp.low); off < fp.lso(); ++off) {
+    auto from = retained.count(p) != 0 ? floor_of(p) : std::max(floor_of(p), fp.low);
+    for (int64_t off = from; off < fp.lso(); ++off) {
       auto& e = fp.log[static_cast<size_t>(off)];
       if (e.kind != entry_kind::data || exempt.count({p, off}) > 0)
         continue;

@@ -154,6 +154,9 @@ struct engine {
     bool reassigned = false;
   };
   std::map<int32_t, shard_hole> holes;
+  /// Partitions whose log start rose only past records the projection had
+  /// checkpointed (retention): the model keeps what those records gave.
+  std::set<int32_t> retained;
   /// Marks a shard failover (see hole).
   void shard_failed_over(int32_t shard);
   std::map<int32_t, int64_t> last_cp;

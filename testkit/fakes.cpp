@@ -50,6 +50,60 @@ bool serves(std::string_view slots, uint16_t slot) {
   return false;
 }
 
+using slot_ranges = std::vector<std::pair<int, int>>;
+
+slot_ranges parse_slots(std::string_view slots) {
+  slot_ranges out;
+  while (!slots.empty()) {
+    auto comma = slots.find(',');
+    auto item = slots.substr(0, comma);
+    slots = comma == std::string_view::npos ? std::string_view{} : slots.substr(comma + 1);
+    auto dash = item.find('-');
+    auto first = core::parse_decimal(item.substr(0, dash));
+    auto last = dash == std::string_view::npos ? first : core::parse_decimal(item.substr(dash + 1));
+    if (first && last)
+      out.emplace_back(static_cast<int>(*first), static_cast<int>(*last));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string format_slots(slot_ranges r) {
+  std::sort(r.begin(), r.end());
+  // Adjacent ranges are one.
+  slot_ranges merged;
+  for (auto& x : r)
+    if (!merged.empty() && merged.back().second + 1 >= x.first)
+      merged.back().second = std::max(merged.back().second, x.second);
+    else
+      merged.push_back(x);
+  std::string out;
+  for (auto& [a, b] : merged)
+    out += (out.empty() ? "" : ",") + (a == b ? std::to_string(a)
+                                              : std::to_string(a) + "-" + std::to_string(b));
+  return out;
+}
+
+bool in_ranges(const slot_ranges& r, int slot) {
+  return std::any_of(r.begin(), r.end(),
+                     [&](const std::pair<int, int>& x) { return x.first <= slot && slot <= x.second; });
+}
+
+/// Whether every slot of `now` is in `then`.
+bool covers(const slot_ranges& then, const slot_ranges& now) {
+  for (auto& [a, b] : now)
+    for (int x = a; x <= b; ++x)
+      if (!in_ranges(then, x))
+        return false;
+  return true;
+}
+
+/// The copy tag of a shard: the decimal of its lowest slot ("" none).
+std::string tag_of(const core::shard_report& sh) {
+  auto r = parse_slots(sh.slots);
+  return r.empty() ? std::string{} : std::to_string(r.front().first);
+}
+
 } // namespace
 
 bool fault::fire() {
@@ -384,16 +438,14 @@ void fake_world::note_member(const std::string& user, const std::string& conv) {
   open_.undo.push_back(std::move(u));
 }
 
-void fake_world::note_copy(size_t shard) {
-  if (write_depth_ == 0 || shard >= cluster.shards.size() || !noted_copies_.insert(shard).second)
+void fake_world::note_copy(const std::pair<std::string, std::string>& key) {
+  if (write_depth_ == 0 || !noted_copies_.insert(key).second)
     return;
-  auto& sh = cluster.shards[shard];
   redis_undo u;
   u.what = redis_undo::kind::copy;
-  u.shard = shard;
-  u.copy = sh.copy;
-  u.copy_replid = sh.copy_replid;
-  u.positions = sh.positions;
+  u.copy_key = key;
+  if (auto i = copy_keys.find(key); i != copy_keys.end())
+    u.copy = i->second;
   open_.undo.push_back(std::move(u));
 }
 
@@ -423,13 +475,24 @@ void fake_world::undo(const redis_undo& u) {
       }
       break;
     case redis_undo::kind::copy:
-      if (u.shard < cluster.shards.size()) {
-        auto& sh = cluster.shards[u.shard];
-        sh.copy = u.copy;
-        sh.copy_replid = u.copy_replid;
-        sh.positions = u.positions;
+      if (u.copy)
+        copy_keys[u.copy_key] = *u.copy;
+      else
+        copy_keys.erase(u.copy_key);
+      break;
+    case redis_undo::kind::import: {
+      // The replica got the source's DELs but not these RESTOREs: every
+      // key of the moved slots is gone from the shard.
+      for (auto i = sessions.begin(); i != sessions.end();)
+        i = in_ranges(u.slots, redis::key_slot(convs_prefix + i->first)) ? sessions.erase(i)
+                                                                         : std::next(i);
+      for (auto i = copy_keys.begin(); i != copy_keys.end();) {
+        auto slot = core::parse_decimal(i->first.first);
+        i = slot && in_ranges(u.slots, static_cast<int>(*slot)) ? copy_keys.erase(i)
+                                                                 : std::next(i);
       }
       break;
+    }
   }
 }
 
@@ -516,6 +579,7 @@ void fake_world::make_redis_cluster(int32_t shards) {
     char id[48];
     std::snprintf(id, sizeof id, "%040llx", static_cast<unsigned long long>(i + 1));
     s.node_id = id;
+    nodes_made_ = static_cast<uint64_t>(i + 1);
     s.address = "127.0.0.1:" + std::to_string(7000 + i);
     auto first = i * slot_count / n, last = (i + 1) * slot_count / n - 1;
     s.slots = std::to_string(first) + "-" + std::to_string(last);
@@ -548,8 +612,20 @@ int32_t fake_world::shard_of(const redis_undo& u) const {
       return shard_of(u.key);
     case redis_undo::kind::member:
       return shard_of(convs_prefix + u.key);
-    case redis_undo::kind::copy:
-      return static_cast<int32_t>(u.shard);
+    case redis_undo::kind::copy: {
+      auto slot = core::parse_decimal(u.copy_key.first);
+      if (!slot)
+        return -1;
+      for (size_t i = 0; i < cluster.shards.size(); ++i)
+        if (serves(cluster.shards[i].slots, static_cast<uint16_t>(*slot)))
+          return static_cast<int32_t>(i);
+      return -1;
+    }
+    case redis_undo::kind::import:
+      for (size_t i = 0; !u.slots.empty() && i < cluster.shards.size(); ++i)
+        if (serves(cluster.shards[i].slots, static_cast<uint16_t>(u.slots.front().first)))
+          return static_cast<int32_t>(i);
+      return -1;
   }
   return -1;
 }
@@ -559,8 +635,16 @@ void fake_world::wait_all_replicas() {
   journal_.clear();
 }
 
-size_t fake_world::shard_failover(int32_t shard, size_t n) {
+std::string fake_world::next_node_id() {
+  char id[48];
+  ++nodes_made_;
+  std::snprintf(id, sizeof id, "%040llx", static_cast<unsigned long long>(nodes_made_));
+  return id;
+}
+
+size_t fake_world::shard_failover(int32_t shard, size_t n, bool reset) {
   lock g{mtx};
+  adopt_fixture_copies();
   if (shard < 0 || static_cast<size_t>(shard) >= cluster.shards.size())
     return 0;
   size_t affected = 0;
@@ -580,6 +664,9 @@ size_t fake_world::shard_failover(int32_t shard, size_t n) {
       journal_.erase(journal_.begin() + static_cast<std::ptrdiff_t>(i));
   }
   auto& sh = cluster.shards[static_cast<size_t>(shard)];
+  // The replica takes over: its own node id and address.
+  sh.node_id = next_node_id();
+  sh.address = "127.0.0.1:" + std::to_string(7000 + nodes_made_);
   sh.replid2 = sh.replid;
   sh.replid = next_replid();
   // The promoted replica takes a new configuration epoch, the cluster's
@@ -590,16 +677,245 @@ size_t fake_world::shard_failover(int32_t shard, size_t n) {
   for (auto& o : cluster.shards)
     o.current_epoch = top + 1;
   sh.config_epoch = top + 1;
-  ++redis_resets;
+  if (reset)
+    ++redis_resets;
+  sync_copy_views();
   return affected;
 }
 
-std::string fake_world::copy_verdict(const core::shard_report& sh) {
+int32_t fake_world::add_primary() {
+  lock g{mtx};
+  adopt_fixture_copies();
+  core::shard_report s;
+  s.node_id = next_node_id();
+  s.address = "127.0.0.1:" + std::to_string(7000 + nodes_made_);
+  s.replicas = 1;
+  s.version = server_version;
+  s.maxmemory_policy = maxmemory_policy;
+  s.cluster_state = "ok";
+  s.replid = next_replid();
+  s.replid2 = std::string(40, '0');
+  s.copy = "absent";
+  s.config_epoch = 0;
+  s.current_epoch = cluster.shards.empty() ? 0 : cluster.shards.front().current_epoch;
+  cluster.shards.push_back(std::move(s));
+  return static_cast<int32_t>(cluster.shards.size() - 1);
+}
+
+int32_t fake_world::move_slots(int32_t from, int32_t to, int32_t count) {
+  lock g{mtx};
+  adopt_fixture_copies();
+  auto n = static_cast<int32_t>(cluster.shards.size());
+  if (from < 0 || to < 0 || from >= n || to >= n || from == to || count <= 0)
+    return 0;
+  auto& src = cluster.shards[static_cast<size_t>(from)];
+  auto& dst = cluster.shards[static_cast<size_t>(to)];
+  auto home = static_cast<int>(redis::key_slot(meta_key()));
+  auto have = parse_slots(src.slots);
+  slot_ranges moved;
+  int32_t taken = 0;
+  for (auto r = have.rbegin(); r != have.rend() && taken < count; ++r)
+    for (int x = r->second; x >= r->first && taken < count; --x)
+      if (x != home) {
+        moved.emplace_back(x, x);
+        ++taken;
+      }
+  if (taken == 0)
+    return 0;
+  slot_ranges left;
+  for (auto& [a, b] : have)
+    for (int x = a; x <= b; ++x)
+      if (!in_ranges(moved, x))
+        left.emplace_back(x, x);
+  src.slots = format_slots(left);
+  auto merged = parse_slots(dst.slots);
+  merged.insert(merged.end(), moved.begin(), moved.end());
+  dst.slots = format_slots(merged);
+  {
+    // The RESTOREs, one write of the importing shard's stream.
+    write_scope w{*this};
+    redis_undo u;
+    u.what = redis_undo::kind::import;
+    u.slots = parse_slots(format_slots(moved));
+    open_.undo.push_back(std::move(u));
+  }
+  imported_at_[dst.node_id] = writes_;
+  // Finishing an import bumps the importer's epoch unless it is the
+  // largest already.
+  int64_t top = 0;
+  for (auto& o : cluster.shards)
+    top = std::max({top, o.current_epoch, o.config_epoch});
+  if (dst.config_epoch != top || std::count_if(cluster.shards.begin(), cluster.shards.end(),
+                                               [&](const core::shard_report& o) {
+                                                 return o.config_epoch == top;
+                                               }) > 1) {
+    for (auto& o : cluster.shards)
+      o.current_epoch = top + 1;
+    dst.config_epoch = top + 1;
+  }
+  sync_copy_views();
+  return taken;
+}
+
+bool fake_world::remove_primary(int32_t shard) {
+  lock g{mtx};
+  auto n = static_cast<int32_t>(cluster.shards.size());
+  if (shard < 0 || shard >= n || n < 2)
+    return false;
+  auto to = (shard + 1) % n;
+  auto home = redis::key_slot(meta_key());
+  if (serves(cluster.shards[static_cast<size_t>(shard)].slots, home))
+    return false;
+  auto all = static_cast<int32_t>(slot_count);
+  move_slots(shard, to, all);
+  if (!cluster.shards[static_cast<size_t>(shard)].slots.empty())
+    return false;
+  cluster.shards.erase(cluster.shards.begin() + shard);
+  sync_copy_views();
+  return true;
+}
+
+bool fake_world::shard_restart_empty(int32_t shard) {
+  lock g{mtx};
+  adopt_fixture_copies();
+  if (shard < 0 || static_cast<size_t>(shard) >= cluster.shards.size())
+    return false;
+  auto& sh = cluster.shards[static_cast<size_t>(shard)];
+  if (serves(sh.slots, redis::key_slot(meta_key())))
+    return false;
+  auto mine = parse_slots(sh.slots);
+  for (auto i = sessions.begin(); i != sessions.end();)
+    i = in_ranges(mine, redis::key_slot(convs_prefix + i->first)) ? sessions.erase(i)
+                                                                  : std::next(i);
+  for (auto i = copy_keys.begin(); i != copy_keys.end();) {
+    auto slot = core::parse_decimal(i->first.first);
+    i = slot && in_ranges(mine, static_cast<int>(*slot)) ? copy_keys.erase(i) : std::next(i);
+  }
+  sh.replid = next_replid();
+  sh.replid2 = std::string(40, '0');
+  ++redis_resets;
+  sync_copy_views();
+  return true;
+}
+
+bool fake_world::shard_copy_current(int32_t shard) const {
+  lock g{mtx};
+  if (shard < 0 || static_cast<size_t>(shard) >= cluster.shards.size())
+    return false;
+  auto& sh = cluster.shards[static_cast<size_t>(shard)];
+  if (sh.slots.empty())
+    return true; // it holds nothing
+  auto c = copy_keys.find({tag_of(sh), sh.node_id});
+  if (c == copy_keys.end() || c->second.replid != sh.replid)
+    return false;
+  auto imp = imported_at_.find(sh.node_id);
+  return imp == imported_at_.end() || c->second.written_at > imp->second;
+}
+
+std::string fake_world::copy_verdict(const fake_copy& c, const core::shard_report& sh) {
   // A copy names the history it was written in (redis/cluster_map.hpp).
-  if (sh.copy == "valid" && !sh.copy_replid.empty() && sh.copy_replid != sh.replid
-      && sh.copy_replid != sh.replid2)
-    return "foreign";
-  return sh.copy;
+  if (!c.replid.empty()
+      && (c.replid == sh.replid || (c.replid == sh.replid2 && sh.replid2 != std::string(40, '0'))))
+    return "valid";
+  return "foreign";
+}
+
+void fake_world::adopt_fixture_copies() {
+  if (fixture_copies_adopted_)
+    return;
+  fixture_copies_adopted_ = true;
+  for (auto& sh : cluster.shards) {
+    if (sh.copy != "valid" && sh.copy != "foreign")
+      continue;
+    fake_copy c;
+    c.replid = sh.copy == "valid" ? (sh.copy_replid.empty() ? sh.replid : sh.copy_replid)
+                                  : next_replid();
+    c.slots = sh.slots;
+    c.cluster_epoch = sh.copy_current_epoch;
+    c.positions = sh.positions;
+    copy_keys[{tag_of(sh), sh.node_id}] = std::move(c);
+  }
+}
+
+core::shard_report fake_world::judged_shard(size_t i) const {
+  auto r = cluster.shards[i];
+  r.copy_tag = tag_of(r);
+  r.copy = "absent";
+  r.copy_replid.clear();
+  r.positions.clear();
+  r.slots_grew = false;
+  r.copy_current_epoch = -1;
+  auto take = [&](const fake_copy& c, const std::string& verdict) {
+    r.copy = verdict;
+    r.copy_replid = c.replid;
+    r.copy_current_epoch = c.cluster_epoch;
+    r.slots_grew = !covers(parse_slots(c.slots), parse_slots(r.slots));
+    r.positions.clear();
+    if (verdict == "valid")
+      r.positions = c.positions;
+  };
+  if (auto own = copy_keys.find({r.copy_tag, r.node_id}); own != copy_keys.end())
+    take(own->second, copy_verdict(own->second, r));
+  if (r.copy == "valid")
+    return r;
+  // As read_cluster_state's SCAN: on the primary itself a key counts by its
+  // history whichever node wrote it; elsewhere only one naming this
+  // primary, written in its current history.
+  auto mine = parse_slots(r.slots);
+  for (auto& [key, c] : copy_keys) {
+    auto slot = core::parse_decimal(key.first);
+    bool here = slot && in_ranges(mine, static_cast<int>(*slot));
+    if (!here && key.second != r.node_id)
+      continue;
+    auto verdict = here ? copy_verdict(c, r) : (c.replid == r.replid ? "valid" : "foreign");
+    if (verdict != "valid") {
+      if (r.copy == "absent")
+        take(c, verdict);
+      continue;
+    }
+    bool current = c.replid == r.replid;
+    bool had_current = r.copy == "valid" && r.copy_replid == r.replid;
+    if (r.copy != "valid" || (current && !had_current)) {
+      take(c, "valid");
+    } else if (had_current && !current) {
+      // the current history's copy alone (as read_cluster_state)
+    } else {
+      for (auto& [p, at] : c.positions)
+        if (at.first > r.positions[p].first)
+          r.positions[p] = at;
+      r.slots_grew = r.slots_grew && !covers(parse_slots(c.slots), mine);
+    }
+  }
+  return r;
+}
+
+void fake_world::sync_copy_views() {
+  if (!fixture_copies_adopted_)
+    return;
+  for (size_t i = 0; i < cluster.shards.size(); ++i) {
+    auto j = judged_shard(i);
+    auto& sh = cluster.shards[i];
+    sh.copy = j.copy;
+    sh.copy_replid = j.copy_replid;
+    sh.positions = j.positions;
+    sh.copy_tag = j.copy_tag;
+  }
+}
+
+void fake_world::put_copy(size_t i, const std::map<int32_t, std::pair<int64_t, int32_t>>& positions) {
+  auto& sh = cluster.shards[i];
+  auto tag = tag_of(sh);
+  if (tag.empty())
+    return;
+  std::pair<std::string, std::string> key{tag, sh.node_id};
+  note_copy(key);
+  auto& c = copy_keys[key];
+  c.replid = sh.replid;
+  c.slots = sh.slots;
+  c.cluster_epoch = sh.current_epoch;
+  c.written_at = writes_ + 1;
+  for (auto& [p, at] : positions)
+    c.positions[p] = at;
 }
 
 void fake_world::maybe_change_identity() {
@@ -1478,7 +1794,8 @@ namespace qsp::test {
 
 void fake_world::record_copy(const std::map<int32_t, std::pair<int64_t, int32_t>>& positions,
                              bool seed, const copy_plan* per_node) {
-  copy_write w;
+  copy_writes.emplace_back();
+  auto& w = copy_writes.back();
   w.positions = positions;
   w.seed = seed;
   // Every entry below a copy's positions whose session set lives on that
@@ -1505,53 +1822,37 @@ void fake_world::record_copy(const std::map<int32_t, std::pair<int64_t, int32_t>
       }
     }
   };
+  adopt_fixture_copies();
   if (per_node == nullptr)
     check(positions, -1);
-  copy_writes.push_back(std::move(w));
   for (size_t i = 0; i < cluster.shards.size(); ++i) {
     auto& sh = cluster.shards[i];
     if (per_node != nullptr) {
-      // A start's copies: each primary its own positions, in its current
-      // history.
+      // A start's copies: each primary its own positions.
       auto at = per_node->find(sh.node_id);
       if (at == per_node->end())
         continue;
       check(at->second, static_cast<int32_t>(i));
-      note_copy(i);
-      if (copy_verdict(sh) != "valid")
-        sh.positions.clear();
-      sh.copy = "valid";
-      sh.copy_replid = sh.replid;
-      sh.copy_current_epoch = sh.current_epoch;
-      for (auto& [p, pos] : at->second)
-        sh.positions[p] = pos;
+      put_copy(i, at->second);
       continue;
     }
-    if (copy_verdict(sh) == "valid" || seed) {
-      note_copy(i);
-      sh.copy = "valid";
-      sh.copy_replid = sh.replid; // the history it is written in
-      sh.copy_current_epoch = sh.current_epoch;
-      for (auto& [p, at] : positions)
-        sh.positions[p] = at;
-    }
+    put_copy(i, positions);
   }
-  if (per_node != nullptr && !copy_writes.back().unapplied.empty())
-    copy_writes.back().positions.clear();
-  if (per_node != nullptr)
-    copy_writes.back().unapplied = w.unapplied;
+  sync_copy_views();
 }
 
 caf::expected<core::redis_cluster_state> fake_checkpoint_store::cluster_state(const std::string&) {
   lock g{w_->mtx};
   if (auto err = w_->redis_gate("CLUSTER SLOTS"))
     return err;
+  w_->adopt_fixture_copies();
   auto st = w_->cluster;
-  for (auto& sh : st.shards)
-    if (auto v = fake_world::copy_verdict(sh); v != sh.copy) {
-      sh.copy = v;
-      sh.positions.clear();
-    }
+  // A primary without slots is in no slot map (CLUSTER SLOTS/SHARDS list
+  // only primaries serving slots), as the real router sees it.
+  st.shards.clear();
+  for (size_t i = 0; i < w_->cluster.shards.size(); ++i)
+    if (!w_->cluster.shards[i].slots.empty())
+      st.shards.push_back(w_->judged_shard(i));
   if (!st.shards.empty()) {
     auto m = w_->hashes.find(w_->meta_key());
     st.copies_marked = m != w_->hashes.end() && m->second.count(core::copies_field) != 0;
@@ -1568,11 +1869,19 @@ caf::expected<void> fake_checkpoint_store::refresh_copies(const core::identity&,
     return caf::unit;
   // As refresh_cluster_copies: only the cluster the start judged.
   for (auto& sh : w_->cluster.shards) {
+    if (sh.slots.empty())
+      continue;
     auto j = plan.primaries.find(sh.node_id);
-    if (j == plan.primaries.end() || j->second.replid != sh.replid)
+    if (j == plan.primaries.end() || j->second.replid != sh.replid
+        || j->second.copy_tag != tag_of(sh))
       return caf::make_error(ec::redis_unavailable,
-                             "fake redis cluster: primary " + sh.address
-                               + " changed since this start judged the copies: judging again");
+                             "fake redis cluster: primary " + sh.address + " (node "
+                               + sh.node_id.substr(sh.node_id.size() - 4) + ", tag " + tag_of(sh)
+                               + ") changed since this start judged the copies ("
+                               + (j == plan.primaries.end()
+                                    ? std::string{"not judged"}
+                                    : "judged with tag " + j->second.copy_tag)
+                               + "): judging again");
   }
   {
     fake_world::write_scope write{*w_};
@@ -1600,26 +1909,36 @@ caf::expected<void> fake_session_store::write_copies(
   if (w_->cluster.shards.empty())
     return caf::unit;
   // As redis_cluster_session_store: every primary must be one the start
-  // judged, in the same history (the mutant copies_one_failover_back: only
-  // a judged one that changed its replid is refused).
-  for (auto& sh : w_->cluster.shards) {
-    auto e = expected_.find(sh.node_id);
-    bool refused = mutant::active() == mutant::id::copies_one_failover_back || expected_.empty()
-                     ? e != expected_.end() && e->second.replid != sh.replid
-                     : e == expected_.end() || e->second.replid != sh.replid;
-    if (refused)
-      return caf::make_error(ec::redis_unavailable,
-                             "fake redis cluster: primary " + sh.address
-                               + " is not one this generation's start judged in its history: no "
-                                 "copy is written to it");
-  }
-  if (mutant::active() != mutant::id::copies_one_failover_back)
+  // judged, in the same history, under the same copy tag.
+  w_->adopt_fixture_copies();
+  auto refuse = [&](const core::shard_report& sh) {
+    return caf::make_error(ec::redis_unavailable,
+                           "fake redis cluster: primary " + sh.address + " (node "
+                             + sh.node_id.substr(0, 8)
+                             + ") is not one this generation's start judged in its history "
+                               "under its copy tag: no copy is written to it");
+  };
+  if (!expected_.empty() && mutant::active() == mutant::id::copies_one_failover_back) {
+    // The planted bug: the check before issue 32.
+    for (auto& sh : w_->cluster.shards)
+      for (auto& [node, judged] : expected_)
+        if ((sh.node_id == node && sh.replid != judged.replid)
+            || (sh.node_id != node && sh.replid2 == judged.replid))
+          return refuse(sh);
+  } else if (!expected_.empty()) {
+    for (auto& sh : w_->cluster.shards) {
+      if (sh.slots.empty())
+        continue;
+      auto e = expected_.find(sh.node_id);
+      if (e == expected_.end() || e->second.replid != sh.replid
+          || (!e->second.copy_tag.empty() && e->second.copy_tag != tag_of(sh)))
+        return refuse(sh);
+    }
+  } else {
     for (size_t i = 0; i < w_->cluster.shards.size() && i < replids_.size(); ++i)
       if (w_->cluster.shards[i].replid != replids_[i])
-        return caf::make_error(ec::redis_unavailable,
-                               "fake redis cluster: primary " + w_->cluster.shards[i].address
-                                 + " took over from a failed primary since this generation "
-                                   "learned the primaries: no copy is written to it");
+        return refuse(w_->cluster.shards[i]);
+  }
   fake_world::write_scope write{*w_};
   w_->record_copy(positions, false);
   return caf::unit;

@@ -344,12 +344,58 @@ struct fake_world {
   /// (CRC16, hash tags); -1: none (or not Redis Cluster mode).
   int32_t shard_of(const std::string& key) const;
   /// The primary of `shard` fails over to a replica that missed its last
-  /// `n` writes: undoes, newest first, the last `n` writes that touched its
-  /// keys (only the parts on its keys; a copy write reverts its copy), its
-  /// replid2 becomes the old replid and replid a new one (a copy written
-  /// before stays valid), and the connections reset.  Returns the number
-  /// of writes affected.
-  size_t shard_failover(int32_t shard, size_t n);
+  /// `n` writes (0: a graceful failover): undoes, newest first, the last `n`
+  /// writes that touched its keys (only the parts on its keys; a copy key
+  /// write reverts that key; a slot import loses the imported keys).  The
+  /// replica becomes the primary with its own node id and address (the old
+  /// primary lives on as its replica), replid2 the old replid, replid a new
+  /// one (a copy written before stays valid in its history), and a new
+  /// configuration epoch, the cluster's largest.  `reset`: the projection's
+  /// connections reset (it had commands in flight there); otherwise it
+  /// notices only at its next write there (MOVED).  Returns the number of
+  /// writes affected.
+  size_t shard_failover(int32_t shard, size_t n, bool reset = true);
+  /// One copy key (redis/cluster_map.hpp's copy hash), named by its copy
+  /// tag (here the decimal of the lowest slot of the primary that wrote it,
+  /// which is also the key's slot) and the node id it vouches for.
+  struct fake_copy {
+    std::string replid;  ///< the history it was written in
+    std::string slots;   ///< the primary's slots then
+    int64_t cluster_epoch = -1;
+    std::map<int32_t, std::pair<int64_t, int32_t>> positions;
+    size_t written_at = 0;  ///< redis_writes() when last written
+  };
+  /// (tag, node id) -> the copy key.  The shard that holds a key is the one
+  /// serving its slot.  (Fixtures may instead set a shard's copy,
+  /// copy_replid and positions before the first copy operation: they are
+  /// then taken as that primary's own key.)
+  std::map<std::pair<std::string, std::string>, fake_copy> copy_keys;
+  /// A new primary joins: its own node id, no slots, no former history
+  /// (replid2 zero), one replica.  Returns its index.
+  int32_t add_primary();
+  /// Moves the `count` highest slots of `from` (not the namespace's slot)
+  /// to `to`, their keys with them (MIGRATE; journaled as one write of
+  /// `to`: a later failover of `to` that loses it loses those keys, as a
+  /// replica that got the source's DELs but not the RESTOREs).  `to` takes
+  /// a new configuration epoch unless it has the largest.  Returns the
+  /// number of slots moved.
+  int32_t move_slots(int32_t from, int32_t to, int32_t count);
+  /// Moves every slot of `shard` to another primary (the next one), then
+  /// removes it from the cluster.  False if it is the last one.
+  bool remove_primary(int32_t shard);
+  /// The primary of `shard` restarts without its data (same node id, a new
+  /// replid, no former history): every key in its slots is gone.  False if
+  /// it serves the namespace's slot (meta and the checkpoints would go).
+  bool shard_restart_empty(int32_t shard);
+  /// Whether the primary of `shard` holds its own copy key, written in its
+  /// current history after its last slot import: a failover of it then
+  /// loses only what that copy lets a start replay.
+  bool shard_copy_current(int32_t shard) const;
+  /// The shard at `i` as a start reads it (its copy judged as
+  /// redis/cluster_stores.cpp does: its own key by its history, else any
+  /// key on it by its history, or one elsewhere naming it in its current
+  /// history).
+  core::shard_report judged_shard(size_t i) const;
   /// WAIT for every replica of every shard (seed_copies does): what was
   /// written so far can no longer be lost by a failover (the journal is
   /// emptied).
@@ -488,16 +534,16 @@ private:
   // join it); each mutation first notes what it replaces (once per key and
   // write); a write that noted something is journaled when it closes.
   struct redis_undo {
-    enum class kind : uint8_t { key, member, copy };
+    enum class kind : uint8_t { key, member, copy, import };
     kind what = kind::key;
     std::string key;     ///< key: the key name; member: the user
     std::string member;  ///< member: the conversation
     std::optional<core::hash_fields> hash;  ///< key: the hash it held
     std::optional<std::string> text;        ///< key: the string it held
     std::optional<int64_t> number;          ///< key: its expiry; member: its score
-    size_t shard = 0;                       ///< copy: index into cluster.shards
-    std::string copy, copy_replid;
-    std::map<int32_t, std::pair<int64_t, int32_t>> positions;
+    std::pair<std::string, std::string> copy_key;  ///< copy: (tag, node)
+    std::optional<fake_copy> copy;                 ///< copy: what it held
+    std::vector<std::pair<int, int>> slots;        ///< import: the slots moved
   };
   struct redis_write {
     std::vector<redis_undo> undo;
@@ -511,14 +557,26 @@ private:
   };
   void note_key(const std::string& key);
   void note_member(const std::string& user, const std::string& conv);
-  void note_copy(size_t shard);
+  void note_copy(const std::pair<std::string, std::string>& key);
+  /// Takes fixture-set shard copies as copy keys (once).
+  void adopt_fixture_copies();
+  /// Writes (tag, node) of shard `i` in its current history.
+  void put_copy(size_t i, const std::map<int32_t, std::pair<int64_t, int32_t>>& positions);
+  /// Mirrors judged_shard() into cluster.shards' copy fields (for tests).
+  void sync_copy_views();
+  /// A new node id / address for a node that joins or is promoted.
+  std::string next_node_id();
+  bool fixture_copies_adopted_ = false;
+  uint64_t nodes_made_ = 0;
+  /// node id -> redis_writes() at its last slot import.
+  std::map<std::string, size_t> imported_at_;
   void undo(const redis_undo& u);
   int32_t shard_of(const redis_undo& u) const;
   /// ZADD GT of every member of `ups` (the first `limit`), journaled.
   void zadd(const std::vector<applied_update>& ups, size_t limit = SIZE_MAX);
-  /// The copy verdict of `sh` from its replids (a "valid" copy of a history
-  /// the shard no longer descends from is "foreign").
-  static std::string copy_verdict(const core::shard_report& sh);
+  /// A copy's verdict on a primary with `replid` and `replid2`: valid in
+  /// its history, else foreign.
+  static std::string copy_verdict(const fake_copy& c, const core::shard_report& sh);
   std::string next_replid();
 
   std::deque<redis_write> journal_;
@@ -526,7 +584,7 @@ private:
   int write_depth_ = 0;
   std::set<std::string> noted_keys_;
   std::set<std::pair<std::string, std::string>> noted_members_;
-  std::set<size_t> noted_copies_;
+  std::set<std::pair<std::string, std::string>> noted_copies_;
   size_t writes_ = 0;
   uint64_t replids_ = 0;
 

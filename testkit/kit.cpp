@@ -287,6 +287,12 @@ int64_t kit::abort(int32_t p, int64_t txn) {
 void kit::delete_records(int32_t p, int64_t before) {
   lock g{d_->world->mtx};
   d_->note("delete records of partition " + std::to_string(p) + " below " + std::to_string(before));
+  auto cp = d_->world->checkpoint(p);
+  bool projected = cp && *cp >= before && d_->world->part(p).low < before;
+  if (projected && (d_->retained.count(p) != 0 || d_->world->part(p).low == 0))
+    d_->retained.insert(p);
+  else
+    d_->retained.erase(p);
   d_->world->truncate(p, before);
 }
 
@@ -450,14 +456,70 @@ void kit::redis_ask() {
   d_->world->ask_fault.arm(1);
 }
 
-size_t kit::redis_shard_failover(int32_t shard, size_t writes) {
+size_t kit::redis_shard_failover(int32_t shard, size_t writes, bool reset) {
   lock g{d_->world->mtx};
-  auto n = d_->world->shard_failover(shard, writes);
-  d_->note("Redis Cluster: shard " + std::to_string(shard) + " failed over, "
-           + std::to_string(n) + " writes rolled back");
-  d_->shard_failed_over(shard);
-  d_->rolled_back = d_->state() == "ready";
+  auto n = d_->world->shard_failover(shard, writes, reset);
+  d_->note("Redis Cluster: shard " + std::to_string(shard) + " failed over"
+           + (writes == 0 ? std::string{" gracefully"} : std::string{}) + ", "
+           + std::to_string(n) + " writes rolled back"
+           + (reset ? std::string{} : std::string{", unnoticed until the next write there"}));
+  if (n > 0) {
+    d_->shard_failed_over(shard);
+    d_->rolled_back = d_->state() == "ready";
+  }
   return n;
+}
+
+int32_t kit::redis_add_primary() {
+  lock g{d_->world->mtx};
+  auto i = d_->world->add_primary();
+  d_->note("Redis Cluster: a primary joined as shard " + std::to_string(i));
+  return i;
+}
+
+int32_t kit::redis_move_slots(int32_t from, int32_t to, int32_t count) {
+  lock g{d_->world->mtx};
+  auto n = d_->world->move_slots(from, to, count);
+  d_->note("Redis Cluster: " + std::to_string(n) + " slots moved from shard " + std::to_string(from)
+           + " to shard " + std::to_string(to));
+  if (n > 0)
+    d_->world->moved_fault.arm(1);
+  return n;
+}
+
+bool kit::redis_remove_primary(int32_t shard) {
+  lock g{d_->world->mtx};
+  bool ok = d_->world->remove_primary(shard);
+  d_->note("Redis Cluster: shard " + std::to_string(shard)
+           + (ok ? " emptied and removed" : " not removed (it serves the namespace's slot)"));
+  if (ok)
+    d_->world->moved_fault.arm(1);
+  return ok;
+}
+
+bool kit::redis_shard_restart_empty(int32_t shard) {
+  lock g{d_->world->mtx};
+  bool ok = d_->world->shard_restart_empty(shard);
+  d_->note("Redis Cluster: shard " + std::to_string(shard)
+           + (ok ? " restarted without its data" : " not restarted (it serves the namespace's slot)"));
+  if (ok) {
+    d_->shard_failed_over(shard);
+    d_->rolled_back = d_->state() == "ready";
+  }
+  return ok;
+}
+
+bool kit::redis_shard_copy_current(int32_t shard) const {
+  lock g{d_->world->mtx};
+  return d_->world->shard_copy_current(shard);
+}
+
+bool kit::redis_cluster_settled() const {
+  lock g{d_->world->mtx};
+  for (size_t i = 0; i < d_->world->cluster.shards.size(); ++i)
+    if (!d_->world->shard_copy_current(static_cast<int32_t>(i)))
+      return false;
+  return d_->holes.empty();
 }
 
 int32_t kit::redis_shard_count() const {

@@ -57,7 +57,12 @@ public:
                    + std::to_string(res_.redis_faults) + " Redis faults, "
                    + std::to_string(res_.broker_faults) + " broker faults, "
                    + std::to_string(res_.restarts) + " restarts, "
-                   + std::to_string(res_.ownership_changes) + " ownership changes";
+                   + std::to_string(res_.ownership_changes) + " ownership changes"
+                   + (opts_.redis_shards > 0
+                        ? ", " + std::to_string(res_.cluster_failovers) + " shard failovers, "
+                            + std::to_string(res_.cluster_reshards) + " reshards, "
+                            + std::to_string(res_.retentions) + " retentions"
+                        : std::string{});
     if (opts_.verbose)
       for (auto& e : k_.events(5000))
         std::fprintf(stderr, "  %s\n", e.c_str());
@@ -166,7 +171,7 @@ private:
 
   void redis_fault() {
     ++res_.redis_faults;
-    auto r = between(0, opts_.redis_shards > 0 ? 6 : 4);
+    auto r = between(0, opts_.redis_shards > 0 ? 8 : 4);
     if (r == 0 && !in_force("redis-frozen")) {
       k_.redis_freeze();
       hold("redis-frozen", between(1, 12));
@@ -186,18 +191,59 @@ private:
       else
         k_.redis_ask();
     } else {
-      // One failover per shard and schedule: a second one before the
-      // projection rewrote that shard's copy leaves the shard without a
-      // valid copy, which the projection refuses by design (DESIGN.md §15,
-      // tested in tests/actor/world_test.cpp), so a schedule could not end ready.
-      auto shard = static_cast<int32_t>(pick(static_cast<size_t>(opts_.redis_shards)));
-      if (failed_shards_.insert(shard).second)
-        k_.redis_shard_failover(shard, static_cast<size_t>(between(1, 6)));
-      else
-        k_.redis_error_reply();
+      cluster_fault();
     }
     // Let the fault meet the projection, sometimes for longer than every timeout.
     k_.advance(std::chrono::milliseconds{chance(0.3) ? between(300, 1500) : between(1, 50)});
+  }
+
+  // Redis Cluster: failovers (lossy or graceful, chains once the
+  // projection re-judged the shard), a primary joining and slots moving to
+  // it, slots moving between primaries (back and forth), a primary leaving,
+  // and retention up to a checkpoint.  Only what a correct projection can
+  // prove is drawn: a failover or retention while a shard's copy is not
+  // current (a failover, an import or a new primary the projection has not
+  // re-judged yet) could leave it no proof, which it refuses by design
+  // (docs/RELIABILITY.md; tests/testkit/rcluster_kit_test.cpp); so could
+  // slots moving into a primary that failed over since its copy (the start
+  // cannot tell an import before the failover from one after it).
+  void cluster_fault() {
+    auto shards = k_.redis_shard_count();
+    auto shard = static_cast<int32_t>(pick(static_cast<size_t>(shards)));
+    auto r = between(0, 5);
+    bool settled = k_.redis_cluster_settled();
+    if (r == 0 && settled) {
+      ++res_.cluster_failovers;
+      k_.redis_shard_failover(shard, static_cast<size_t>(between(1, 6)), chance(0.7));
+    } else if (r == 1 && settled) {
+      ++res_.cluster_failovers;
+      k_.redis_shard_failover(shard, 0, chance(0.5));
+    } else if (r == 2 && settled && shards < opts_.redis_shards + 2) {
+      ++res_.cluster_reshards;
+      auto joined = k_.redis_add_primary();
+      k_.redis_move_slots(shard, joined, between(1, 400));
+    } else if (r == 3 && settled && shards > 1) {
+      ++res_.cluster_reshards;
+      auto to = static_cast<int32_t>((shard + 1 + static_cast<int32_t>(pick(
+                                                    static_cast<size_t>(shards - 1))))
+                                     % shards);
+      k_.redis_move_slots(shard, to, between(1, 400));
+      if (chance(0.5))
+        k_.redis_move_slots(to, shard, between(1, 400));
+    } else if (r == 4 && settled && shards > opts_.redis_shards) {
+      ++res_.cluster_reshards;
+      k_.redis_remove_primary(shard);
+    } else if (r == 5 && settled && k_.ready()) {
+      // Retention up to a checkpoint: what the copies and the checkpoint
+      // prove lets the next start begin there.
+      auto p = any_partition();
+      if (auto cp = k_.checkpoint(p); cp && *cp > 0) {
+        ++res_.retentions;
+        k_.delete_records(p, *cp);
+      }
+    } else {
+      k_.redis_error_reply();
+    }
   }
 
   void broker_fault() {
@@ -295,7 +341,6 @@ private:
   std::vector<active_fault> faults_;
   std::map<int32_t, int64_t> open_txn_;
   std::set<int32_t> owned_;
-  std::set<int32_t> failed_shards_;
   size_t produced_ = 0;
   bool stop_failed_ = false;
 };

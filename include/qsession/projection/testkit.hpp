@@ -206,9 +206,40 @@ public:
   void redis_moved();
   void redis_ask();
   /// One shard's primary fails over to a replica that missed its last
-  /// `writes` writes; the other shards keep everything.
-  size_t redis_shard_failover(int32_t shard, size_t writes);
+  /// `writes` writes (0: a graceful failover, nothing lost); the other
+  /// shards keep everything.  The replica becomes the primary with its own
+  /// node id (the old primary lives on as its replica), its former replid
+  /// as replid2, and a new configuration epoch.  `reset`: the projection's
+  /// connections reset (it had commands in flight there); false: it
+  /// notices only at its next write to that shard (a MOVED).  Failovers in
+  /// a row are a chain.  Returns how many writes it rolled back.
+  size_t redis_shard_failover(int32_t shard, size_t writes, bool reset = true);
   int32_t redis_shard_count() const;
+  /// A new primary joins the cluster (no slots yet, no former history).
+  /// Returns its shard index.
+  int32_t redis_add_primary();
+  /// Moves `count` slots of shard `from` (its highest, never the
+  /// namespace's) to shard `to`, keys with them; the projection meets
+  /// MOVED.  A later failover of `to` that loses this import loses those
+  /// keys.  Returns how many slots moved.
+  int32_t redis_move_slots(int32_t from, int32_t to, int32_t count);
+  /// Moves every slot of `shard` to the next primary and removes it from
+  /// the cluster (shard indexes above it shift down).  False if it serves
+  /// the namespace's slot or is the last primary.
+  bool redis_remove_primary(int32_t shard);
+  /// `shard`'s primary restarts without its data (same node id, a new
+  /// history): every key in its slots is gone.  The projection refuses
+  /// that shard by design (docs/OPERATIONS.md, "A shard without a copy").
+  /// False if it serves the namespace's slot.
+  bool redis_shard_restart_empty(int32_t shard);
+  /// Whether `shard`'s primary holds its own copy of the positions,
+  /// written in its current history after its last slot import: a
+  /// failover of it now loses only what the projection can replay.
+  bool redis_shard_copy_current(int32_t shard) const;
+  /// Every shard's copy is current (above) and no shard lost writes the
+  /// projection has not replayed yet: a failover now, or retention up to a
+  /// checkpoint, leaves the projection a start it can prove.
+  bool redis_cluster_settled() const;
 
   // -- checks ------------------------------------------------------------------------------
 
@@ -263,6 +294,9 @@ struct schedule_result {
   /// changes.
   std::string summary;
   size_t redis_faults = 0, broker_faults = 0, restarts = 0, ownership_changes = 0;
+  /// Redis Cluster: shard failovers (lossy or graceful), slot moves with a
+  /// primary joining or leaving, retention up to a checkpoint.
+  size_t cluster_failovers = 0, cluster_reshards = 0, retentions = 0;
   size_t records = 0;
   /// The run's event digest (kit::digest()): the same seed, the same digest.
   uint64_t digest = 0;
