@@ -106,12 +106,15 @@ copy_floor judge_copies(const redis_cluster_state& cluster,
     // cluster since (scale-out): its whole history is its own, and every
     // key it holds came by migration from primaries the checkpoints cover,
     // or by ZADDs confirmed before them.  It gets a copy at the checkpoints.
+    // (A foreign copy there is another primary's key that migrated in with
+    // its slot: it changes nothing.)
+    bool copyless = s.copy == "absent" || s.copy == "foreign";
     bool joined = false;
-    if (!valid && cluster.copies_marked && s.copy == "absent" && !cluster.known_primaries.empty()
+    if (!valid && cluster.copies_marked && copyless && !cluster.known_primaries.empty()
         && cluster.known_primaries.count(s.node_id) == 0 && known_replids.count(s.replid) == 0
         && (s.replid2.empty() || s.replid2 == zero))
       joined = true;
-    if (!valid && cluster.copies_marked && s.copy == "absent" && !joined
+    if (!valid && cluster.copies_marked && copyless && !joined
         && !cluster.known_primaries.empty() && cluster.known_primaries.count(s.node_id) == 0
         && known_replids.count(s.replid) == 0 && known_replids.count(s.replid2) == 0
         && !checkpoints.empty()) {

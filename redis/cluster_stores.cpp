@@ -288,6 +288,9 @@ caf::expected<core::redis_cluster_state> read_cluster_state(cluster_router& rout
               cur = at;
           }
           r.slots_grew = r.slots_grew && !covers(found.slots, f.slots);
+          // The newest copy's epoch: imports before it are in the stream
+          // it was written behind.
+          r.copy_current_epoch = std::max(r.copy_current_epoch, found.cluster_epoch);
         }
       }
       return caf::none;

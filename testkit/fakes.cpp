@@ -884,6 +884,7 @@ core::shard_report fake_world::judged_shard(size_t i) const {
         if (at.first > r.positions[p].first)
           r.positions[p] = at;
       r.slots_grew = r.slots_grew && !covers(parse_slots(c.slots), mine);
+      r.copy_current_epoch = std::max(r.copy_current_epoch, c.cluster_epoch);
     }
   }
   return r;

@@ -287,12 +287,16 @@ int64_t kit::abort(int32_t p, int64_t txn) {
 void kit::delete_records(int32_t p, int64_t before) {
   lock g{d_->world->mtx};
   d_->note("delete records of partition " + std::to_string(p) + " below " + std::to_string(before));
+  // Retention past records the projection had checkpointed keeps them in
+  // the model (Redis holds what they gave); past others it does not.
   auto cp = d_->world->checkpoint(p);
-  bool projected = cp && *cp >= before && d_->world->part(p).low < before;
-  if (projected && (d_->retained.count(p) != 0 || d_->world->part(p).low == 0))
-    d_->retained.insert(p);
-  else
-    d_->retained.erase(p);
+  auto low = d_->world->part(p).low;
+  if (low < before) {
+    if (cp && *cp >= before && (d_->retained.count(p) != 0 || low == 0))
+      d_->retained.insert(p);
+    else
+      d_->retained.erase(p);
+  }
   d_->world->truncate(p, before);
 }
 
@@ -468,6 +472,11 @@ size_t kit::redis_shard_failover(int32_t shard, size_t writes, bool reset) {
     d_->rolled_back = d_->state() == "ready";
   }
   return n;
+}
+
+int32_t kit::redis_shard_of_namespace() const {
+  lock g{d_->world->mtx};
+  return d_->world->shard_of(d_->world->meta_key());
 }
 
 int32_t kit::redis_add_primary() {

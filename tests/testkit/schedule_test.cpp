@@ -3,7 +3,8 @@
 // switched on, some seed must fail.
 //
 // QSP_SCHEDULE_SEEDS (default 1000) and QSP_SCHEDULE_STEPS (default 200)
-// scale the run; QSP_SCHEDULE_SEED=N replays one seed verbosely.
+// scale the run; QSP_SCHEDULE_SEED=N replays one seed verbosely (with
+// QSP_MUTANT=<name>, under that planted bug).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -66,6 +67,10 @@ std::vector<schedule_result> run_seeds(uint64_t first, size_t n, size_t steps,
 TEST(Schedules, EverySeedKeepsEveryInvariant) {
   if (auto one = std::getenv("QSP_SCHEDULE_SEED")) {
     auto seed = std::strtoull(one, nullptr, 10);
+    // QSP_MUTANT=<name> replays a mutant's catch (core/mutants.hpp).
+    if (auto m = std::getenv("QSP_MUTANT"))
+      if (auto x = qsp::mutant::from_name(m))
+        qsp::mutant::activate(*x);
     auto o = options_for(seed);
     o.verbose = true;
     auto r = run_schedule(seed, env_or("QSP_SCHEDULE_STEPS", 200), o);
@@ -139,6 +144,12 @@ TEST_P(Mutants, TheSchedulesCatchIt) {
     at = f.find("not reached");
   ASSERT_NE(at, std::string::npos) << f;
   auto line = f.substr(at, f.find('\n', at) - at);
+  if (line.find(':') == std::string::npos) {
+    // "after N steps" alone: the invariant's line follows.
+    auto next = f.find('\n', at);
+    if (next != std::string::npos)
+      line += ": " + f.substr(next + 1, f.find('\n', next + 1) - next - 1);
+  }
   EXPECT_NE(f.find("replay"), std::string::npos) << "the failure must say how to replay it";
   std::printf("[mutants] %s caught by seed %llu in %.1f s: %s\n", qsp::mutant::name(GetParam()),
               static_cast<unsigned long long>(caught->seed), secs, line.c_str());
@@ -147,9 +158,110 @@ TEST_P(Mutants, TheSchedulesCatchIt) {
 INSTANTIATE_TEST_SUITE_P(Planted, Mutants,
                          testing::Values(qsp::mutant::id::checkpoint_before_reply,
                                          qsp::mutant::id::skip_after_redelivery,
-                                         qsp::mutant::id::stale_fence),
+                                         qsp::mutant::id::stale_fence,
+                                         qsp::mutant::id::copies_one_failover_back,
+                                         qsp::mutant::id::copies_partial),
                          [](const testing::TestParamInfo<qsp::mutant::id>& i) {
                            return std::string{qsp::mutant::name(i.param)};
                          });
 
 } // namespace
+
+// Issue 32, finding 1, on a fixed scenario (tests/testkit/rcluster_kit_test.cpp,
+// AnUnnoticedChainOfFailoversIsJudgedNotTrusted): a lossy takeover nobody
+// noticed, a graceful failover after it, traffic.  The correct projection
+// refuses (it cannot prove that shard); under the pre-fix rule (the mutant)
+// it writes the chain's new primary a copy, and the restart trusts it: the
+// entries the takeover lost stay lost, and the kit says so.
+namespace {
+
+bool chain_loses_entries() {
+  qsp::testkit::kit_options o;
+  o.redis_shards = 3;
+  qsp::testkit::kit k{o};
+  auto fill = [&](int from, int n) {
+    for (int32_t p = 0; p < k.partition_count(); ++p)
+      for (int i = from; i < from + n; ++i)
+        k.produce(p, "conv-" + std::to_string(p) + "-" + std::to_string(i), 1000 + i,
+                  {"alice", "bob", "user-" + std::to_string(i % 7)});
+  };
+  fill(0, 12);
+  k.start();
+  if (!k.run_until_ready())
+    return false;
+  for (int32_t p = 0; p < k.partition_count(); ++p)
+    k.run_until_offset(p, k.last_stable_offset(p));
+  k.advance(std::chrono::milliseconds{100});
+  k.redis_shard_failover(1, 4, false);
+  k.redis_shard_failover(1, 0, false);
+  fill(100, 6);
+  // Until it refuses, or has caught up past the chain.
+  k.run_until([&] {
+    if (k.state() == "refused")
+      return true;
+    for (int32_t p = 0; p < k.partition_count(); ++p)
+      if (k.checkpoint(p).value_or(0) < k.last_stable_offset(p))
+        return false;
+    return true;
+  });
+  if (k.state() == "refused")
+    return false;
+  // The next start judges the copies the running node wrote.
+  k.restart();
+  k.run_until([&] { return k.state() == "ready" || k.state() == "refused"; });
+  k.advance(std::chrono::seconds{1});
+  return k.state() == "ready" && (!k.model_equals_redis() || !k.check_invariants());
+}
+
+} // namespace
+
+TEST(Finding1, TheCorrectRuleRefusesTheChainAndThePreFixRuleLosesEntries) {
+  EXPECT_FALSE(chain_loses_entries());
+  qsp::mutant::activate(qsp::mutant::id::copies_one_failover_back);
+  bool lost = chain_loses_entries();
+  qsp::mutant::activate(qsp::mutant::id::none);
+  EXPECT_TRUE(lost) << "the pre-fix rule was expected to lose the takeover's entries";
+}
+
+// Issue 32, finding 2, on the fixed scenario of rcluster_kit_test.cpp's
+// ARenamedCopyKeyVouchesForEveryPartition: under the pre-fix rule (no
+// start writes a full copy) the renamed copy key names partition 0 alone,
+// and the restart after retention refuses for ever; the fix ends ready.
+namespace {
+
+std::string renamed_key_then_retention() {
+  qsp::testkit::kit_options o;
+  o.redis_shards = 3;
+  qsp::testkit::kit k{o};
+  for (int32_t p = 0; p < k.partition_count(); ++p)
+    for (int i = 0; i < 12; ++i)
+      k.produce(p, "conv-" + std::to_string(p) + "-" + std::to_string(i), 1000 + i, {"alice"});
+  k.start();
+  if (!k.run_until_ready())
+    return "not ready";
+  for (int32_t p = 0; p < k.partition_count(); ++p)
+    k.run_until_offset(p, k.last_stable_offset(p));
+  k.advance(std::chrono::milliseconds{100});
+  k.redis_shard_failover(1, 0, false);
+  for (int i = 0; i < 8; ++i)
+    k.produce(0, "only-p0-" + std::to_string(i), 5000 + i, {"carol"});
+  k.run_until([&] {
+    return k.ready() && k.redis_shard_copy_current(1)
+           && k.checkpoint(0).value_or(0) == k.last_stable_offset(0);
+  });
+  for (int32_t p = 0; p < k.partition_count(); ++p)
+    k.delete_records(p, k.checkpoint(p).value_or(0));
+  k.restart();
+  k.run_until([&] { return k.state() == "ready" || k.state() == "refused"; });
+  return k.state();
+}
+
+} // namespace
+
+TEST(Finding2, TheFixEndsReadyAndThePreFixRuleRefusesForEver) {
+  EXPECT_EQ(renamed_key_then_retention(), "ready");
+  qsp::mutant::activate(qsp::mutant::id::copies_partial);
+  auto before = renamed_key_then_retention();
+  qsp::mutant::activate(qsp::mutant::id::none);
+  EXPECT_EQ(before, "refused");
+}

@@ -215,6 +215,8 @@ public:
   /// a row are a chain.  Returns how many writes it rolled back.
   size_t redis_shard_failover(int32_t shard, size_t writes, bool reset = true);
   int32_t redis_shard_count() const;
+  /// The shard serving the namespace's slot (meta, checkpoints), -1 none.
+  int32_t redis_shard_of_namespace() const;
   /// A new primary joins the cluster (no slots yet, no former history).
   /// Returns its shard index.
   int32_t redis_add_primary();
