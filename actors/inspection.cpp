@@ -122,6 +122,18 @@ caf::expected<inspection> inspect_startup(const projection_settings& cfg, broker
         r.leader_epochs.erase(p);
     }
   }
+  // projection.replay-from-log-start (the repair after a gap audit found):
+  // every checkpointed partition starts at the log's low watermark, never
+  // above its checkpoint; the checkpoint itself stays (the writer replays up
+  // to it without writing it).
+  if (cfg.replay_from_log_start && r.broker.partition_count == cfg.partition_count)
+    for (auto& [p, next] : starts_from) {
+      auto i = static_cast<size_t>(p);
+      if (i < r.broker.marks.size() && r.broker.marks[i].low < next) {
+        next = r.broker.marks[i].low;
+        r.leader_epochs.erase(p);
+      }
+    }
   // Plan only over a partition layout that matches; otherwise the range check
   // would compare offsets of a different log.
   if (r.broker.partition_count == cfg.partition_count) {

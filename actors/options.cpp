@@ -199,7 +199,10 @@ void add_options(caf::config_option_set& opts, const std::string& group) {
                         "lives for three (default: 250ms)")
     .add<bool>("allow-shared-convs-prefix",
                "allow a second projection in one process to write the same convs-prefix on the "
-               "same Redis under another namespace (default: false)");
+               "same Redis under another namespace (default: false)")
+    .add<bool>("replay-from-log-start",
+               "this start replays every owned partition from the log's low watermark (the "
+               "checkpoints never move back): the repair of a gap audit found (default: false)");
   caf::config_option_adder{opts, prefixed(group, "kafka")}
     .add<std::string>("bootstrap-servers", "broker list (default: 127.0.0.1:9092)")
     .add<std::string>("client-id", "librdkafka client.id (default: qsession-projection)")
@@ -299,6 +302,7 @@ caf::expected<projection_settings> read_settings(const caf::settings& content,
   s.progress_interval = get("projection", "progress-interval", s.progress_interval);
   s.idle_poll = get("projection", "idle-poll", s.idle_poll);
   s.allow_shared_convs_prefix = get("projection", "allow-shared-convs-prefix", false);
+  s.replay_from_log_start = get("projection", "replay-from-log-start", false);
   auto mode = get("projection", "ownership", std::string{"all"});
   if (mode == "all")
     s.ownership = ownership_mode::all;

@@ -307,6 +307,9 @@ writer_state::checkpoint_fenced(uint64_t answered, caf::actor_clock::time_point 
     std::map<int32_t, std::pair<int64_t, int32_t>> positions;
     for (auto& [p, cp] : next)
       positions[p] = {cp.next_offset, epochs[p]};
+    // The primaries judged so far (a later verification of this generation,
+    // partitions added, may have judged more).
+    sessions->expect_primaries(gen->primaries());
     if (auto ok = sessions->write_copies(id, positions); !ok)
       return ok.error();
   }

@@ -122,6 +122,13 @@ struct projection_settings {
   /// projection in this process writes the same convs-prefix on the same
   /// Redis under another namespace (their tenants' session sets would merge).
   bool allow_shared_convs_prefix = false;
+  /// projection.replay-from-log-start: this start begins every partition it
+  /// owns at the log's low watermark instead of its checkpoint (which never
+  /// moves back), and so rewrites every session set the log still gives
+  /// (ZADD GT: what Redis holds is raised, never lowered).  The repair of a
+  /// gap `audit` found (docs/OPERATIONS.md, "After redis-cli --cluster
+  /// fix"); readiness opens at H0 as always.
+  bool replay_from_log_start = false;
 
   /// projection.ownership (DESIGN.md §12, docs/CLUSTER.md).
   ownership_mode ownership = ownership_mode::all;
