@@ -1264,3 +1264,37 @@ TEST_F(rcluster, CatchUpAndRunUnderALiveTransactionalProducer) {
   EXPECT_EQ(audit.rc, 0) << audit.out << audit.err;
   EXPECT_NE(audit.out.find("verdict: consistent"), std::string::npos) << audit.out;
 }
+
+// Issue 32, finding 5: `redis-cli --cluster fix` may overwrite a session set
+// (MIGRATE ... REPLACE) on a primary that never failed over, which no copy
+// can see.  OPERATIONS.md, "After redis-cli --cluster fix": `audit` finds
+// the gap (exit 5); one catch-up with projection.replay-from-log-start
+// repairs it (the checkpoint does not move back) and `audit` is consistent.
+// A plain catch-up does not (the control).
+TEST_F(rcluster, AGapAuditFindsIsRepairedByAReplayFromTheLogStart) {
+  constexpr int users = 200;
+  constexpr uint64_t n = 2000;
+  const auto m = model_of(0, n, users);
+  ASSERT_NO_FATAL_FAILURE(produce(topic, 0, n, users));
+  auto first = catch_up("catch-up-1");
+  ASSERT_EQ(first.rc, 0) << first.log;
+  ASSERT_TRUE(compare(m).equal()) << compare(m).text();
+  // The overwrite: a busy user's set replaced by nothing.
+  auto key = convs + m.begin()->first;
+  auto owner = owner_of(redis::key_slot(key));
+  ASSERT_GT(owner, 0);
+  ASSERT_EQ(node_cmd(owner, {"DEL", key}), "1");
+  auto cp = checkpoint();
+  auto found = test::run_cli(node("audit"));
+  EXPECT_EQ(found.rc, 5) << found.out << found.err;
+  // A plain start begins at the checkpoint: the gap stays.
+  auto plain = catch_up("catch-up-plain");
+  ASSERT_EQ(plain.rc, 0) << plain.log;
+  EXPECT_EQ(node_cmd(owner, {"EXISTS", key}), "0");
+  auto repair = catch_up("catch-up-replay", {"--projection.replay-from-log-start=true"});
+  ASSERT_EQ(repair.rc, 0) << repair.log;
+  EXPECT_EQ(checkpoint(), cp) << "the checkpoint moved";
+  EXPECT_TRUE(compare(m).equal()) << compare(m).text();
+  auto audit = test::run_cli(node("audit"));
+  EXPECT_EQ(audit.rc, 0) << audit.out << audit.err;
+}
