@@ -555,6 +555,7 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
       if (self->state.stopping && !self->state.shutdowns.empty())
         shutdown_tick(self);
     },
+    [=](atom::repeat) { notify(self); },
     [=](atom::assign, const std::vector<int32_t>& parts) -> caf::result<caf::ok_atom> {
       auto& st = self->state;
       if (st.cfg.ownership != ownership_mode::host && st.cfg.ownership != ownership_mode::group)

@@ -110,11 +110,15 @@ using member_actor = caf::typed_actor<
 /// The supervisor: the public handle (qsession/projection/projection.hpp)
 /// plus what only its own children and timers send it.  `ready` comes from
 /// the current aggregator; `restart` is the backoff timer of a generation;
-/// `tick` drives an ordered shutdown until every child and I/O has stopped.
+/// `tick` drives an ordered shutdown until every child and I/O has stopped;
+/// `repeat` pushes the current status to every subscriber again (a push may
+/// repeat the previous one, docs/EMBEDDING.md: the test kit's
+/// repeat_status() lets a host test that it compares rather than counts).
 using supervisor_actor = projection_actor::extend<
   caf::reacts_to<atom::ready>,
   caf::reacts_to<atom::restart, uint64_t>,
   caf::reacts_to<atom::tick>,
+  caf::reacts_to<atom::repeat>,
   caf::reacts_to<atom::heartbeat, uint64_t>, ///< the cluster heartbeat's timer (its token)
   caf::reacts_to<atom::verify, caf::error>>; ///< the group membership failed
 
