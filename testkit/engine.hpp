@@ -144,7 +144,7 @@ struct engine {
   bool rolled_back = false;
   /// A Redis Cluster shard failed over (Redis Cluster mode): that shard lost
   /// writes below checkpoints kept on other shards, which the projection
-  /// repairs from its per-shard copies at its next start (DESIGN.md §15).
+  /// repairs from its per-shard copies at its next start (docs/DESIGN.md §15).
   /// Per partition: until it was assigned again after the failover and its
   /// checkpoint then moved past the one it had, entries of users on the
   /// failed shards below that checkpoint may be missing.

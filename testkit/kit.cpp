@@ -71,7 +71,7 @@ struct kit::impl : engine {
     settings.topic = o.topic;
     settings.ns = o.ns;
     if (o.redis_shards > 0) {
-      // Redis Cluster mode: the namespace is a hash tag (DESIGN.md §15).
+      // Redis Cluster mode: the namespace is a hash tag (docs/DESIGN.md §15).
       if (settings.ns.empty() || settings.ns.front() != '{')
         settings.ns = "{" + settings.ns + "}";
       lock g{world->mtx};

@@ -197,7 +197,7 @@ private:
     } else {
       // One failover per shard and schedule: a second one before the
       // projection rewrote that shard's copy leaves the shard without a
-      // valid copy, which the projection refuses by design (DESIGN.md §15,
+      // valid copy, which the projection refuses by design (docs/DESIGN.md §15,
       // tested in tests/actor/world_test.cpp), so a schedule could not end ready.
       auto shard = static_cast<int32_t>(pick(static_cast<size_t>(opts_.redis_shards)));
       if (failed_shards_.insert(shard).second)
