@@ -601,7 +601,8 @@ std::string kit::explain() const {
     out += "invariant violated:\n" + d_->violations_text();
   for (auto& f : d_->soft)
     out += f + "\n";
-  out += "state: " + d_->state() + "\nlast events:\n";
+  out += "state: " + d_->state() + (d_->gate_open() ? ", gate open" : ", gate closed")
+         + "\nlast events:\n";
   for (auto& e : d_->last_events(20))
     out += "  " + e + "\n";
   return out;
