@@ -37,6 +37,7 @@
 #include "caf/error.hpp"
 #include "caf/event_based_actor.hpp"
 #include "caf/expected.hpp"
+#include "caf/sec.hpp"
 #include "caf/timespan.hpp"
 
 #include "qsession/projection/projection.hpp"
