@@ -1,4 +1,4 @@
-// The cluster heartbeat (DESIGN.md §12): publishes this node's partitions and
+// The cluster heartbeat (docs/DESIGN.md §12): publishes this node's partitions and
 // reads the namespace's view, on a Redis connection of its own.
 #pragma once
 

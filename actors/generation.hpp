@@ -38,7 +38,7 @@ struct generation {
   /// heartbeats): the only wall-clock read of the actors.
   int64_t wall_now() const;
 
-  /// Ownership (DESIGN.md §12), set by the supervisor before the verifier
+  /// Ownership (docs/DESIGN.md §12), set by the supervisor before the verifier
   /// runs: every partition (`all`), or the ones in `owned`.  The verifier
   /// claims each owned partition without an epoch in `owner_epochs` and
   /// records the new epoch there (kept by the supervisor even when the
@@ -53,7 +53,7 @@ struct generation {
   void record_claim(int32_t partition, uint64_t epoch);
   std::map<int32_t, uint64_t> claims() const;
 
-  /// Redis Cluster mode (DESIGN.md §15): the primaries (node id -> replid)
+  /// Redis Cluster mode (docs/DESIGN.md §15): the primaries (node id -> replid)
   /// whose copies this generation's verification judged.  A later
   /// verification of the same generation (partitions added) that finds one
   /// of them failed over answers an error: the whole generation restarts

@@ -1,4 +1,4 @@
-// The run-time identity fence (DESIGN.md §4): no checkpoint is written
+// The run-time identity fence (docs/DESIGN.md §4): no checkpoint is written
 // unless a check that started after its batch was fetched confirmed the
 // pinned broker identity.
 #pragma once

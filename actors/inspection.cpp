@@ -52,7 +52,7 @@ std::vector<core::problem> check_prerequisites(const projection_settings& cfg,
 caf::expected<inspection> inspect_startup(const projection_settings& cfg, broker_inspector& broker,
                                           checkpoint_store& store) {
   inspection r;
-  // Redis first (DESIGN.md §4.1) ...
+  // Redis first (docs/DESIGN.md §4.1) ...
   auto version = store.server_version();
   if (!version)
     return version.error();
@@ -94,7 +94,7 @@ caf::expected<inspection> inspect_startup(const projection_settings& cfg, broker
   r.leader_epochs = std::move(epochs.leader_epochs);
   for (auto& p : epochs.problems)
     r.problems.push_back(p);
-  // DESIGN.md §15: a namespace whose copies were established in Redis
+  // docs/DESIGN.md §15: a namespace whose copies were established in Redis
   // Cluster mode, read by a node in another mode, would lose their
   // protection (and a later cluster start would find them stale).
   bool cluster_mode = !cfg.redis.cluster_nodes.empty();

@@ -1,4 +1,4 @@
-// The startup inspection of DESIGN.md §4.1–4.2 over the ports, without
+// The startup inspection of docs/DESIGN.md §4.1–4.2 over the ports, without
 // consuming or writing: shared by the metadata verifier and `verify`/`inspect`.
 #pragma once
 
@@ -26,7 +26,7 @@ struct inspection {
   std::vector<core::problem> problems;  ///< identity + stored + plan, all of them
   /// The stored leader epoch of each validated checkpoint, where known.
   std::map<int32_t, int32_t> leader_epochs;
-  /// Redis Cluster mode (DESIGN.md §15): the primaries and their copies, and
+  /// Redis Cluster mode (docs/DESIGN.md §15): the primaries and their copies, and
   /// what they decide (starts below a checkpoint, seeding).
   core::redis_cluster_state cluster;
   core::copy_floor copies;
@@ -35,7 +35,7 @@ struct inspection {
 
 /// Reads everything and judges it: Redis first (version, maxmemory-policy,
 /// meta and checkpoints), then the broker (identity, configuration,
-/// watermarks: H0), as DESIGN.md §4.1 orders it — a checkpoint written in
+/// watermarks: H0), as docs/DESIGN.md §4.1 orders it — a checkpoint written in
 /// between by another instance is then below the fresher high, not above it.  Fails only when a dependency cannot be
 /// read (transient); validation failures are reported in `problems`.
 caf::expected<inspection> inspect_startup(const projection_settings& cfg, broker_inspector& broker,
@@ -50,7 +50,7 @@ bool supports_zadd_gt(const std::string& version);
 caf::error identity_mismatch(const core::identity& pinned, const broker_state& observed,
                              const std::string& when);
 
-/// The prerequisites of DESIGN.md §4: Redis must not evict (unless
+/// The prerequisites of docs/DESIGN.md §4: Redis must not evict (unless
 /// cfg.redis.allow_eviction), the topic must be cleanup.policy=delete.
 std::vector<core::problem> check_prerequisites(const projection_settings& cfg,
                                                const std::string& maxmemory_policy,

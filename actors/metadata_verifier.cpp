@@ -15,7 +15,7 @@ namespace qsp {
 
 namespace {
 
-// DESIGN.md §12, "Decision — re-claim": claim before reading, so the
+// docs/DESIGN.md §12, "Decision — re-claim": claim before reading, so the
 // checkpoints read afterwards can no longer move under a former owner (its
 // writes are fenced from then on).  Every verification re-reads each owner
 // record (the claim script does, atomically): an intact claim is kept, one
@@ -42,7 +42,7 @@ caf::error claim(const projection_settings& cfg, generation& gen, checkpoint_sto
 
 // The §4 inspection, judged for `parts`: their problems, and every problem
 // that is no partition's (meta, the broker, the server) or of a partition
-// outside [0, partition_count) (a stray checkpoint key: DESIGN §3 refuses it
+// outside [0, partition_count) (a stray checkpoint key: docs/DESIGN.md §3 refuses it
 // whichever node finds it).  Problems of other partitions in range are
 // their owners' to report.
 caf::expected<inspection> inspect_for(const projection_settings& cfg, generation& gen,
@@ -103,7 +103,7 @@ verified_start plan_for(const inspection& r, generation& gen,
     vs.owner_epochs = gen.claims();
     keep(vs.owner_epochs);
   }
-  // DESIGN §14: a checkpoint without a known epoch (older data, or a
+  // docs/DESIGN.md §14: a checkpoint without a known epoch (older data, or a
   // position whose epoch was unknown) is accepted with a warning; the next
   // checkpoint write stores one.
   if (gen.logs)
@@ -131,7 +131,7 @@ caf::error confirm(const projection_settings& cfg, broker_inspector& broker,
       return created.error();
     vs.meta_created = *created;
   }
-  // Redis Cluster mode (DESIGN.md §15): every primary gets a copy naming
+  // Redis Cluster mode (docs/DESIGN.md §15): every primary gets a copy naming
   // every checkpointed partition it can vouch for (the checkpoints at the
   // first start and on a primary that joined, which every replica must
   // hold before the copies are trusted), and the primaries become known.
@@ -190,7 +190,7 @@ caf::expected<verified_start> verifier_state::run(const projection_settings& cfg
   if (!made)
     return made.error();
   auto [broker, store] = std::move(*made);
-  // Owners the node must not override (DESIGN.md §12, docs/CLUSTER.md): an
+  // Owners the node must not override (docs/DESIGN.md §12, docs/CLUSTER.md): an
   // `all` node refuses a namespace any node has claimed (a cluster projects
   // it), before it reads or serves anything; a `static` node refuses a
   // partition whose owner record names another node that is alive (it

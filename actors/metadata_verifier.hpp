@@ -1,4 +1,4 @@
-// The metadata verifier (DESIGN.md §4.1–4.3): the startup inspection, the
+// The metadata verifier (docs/DESIGN.md §4.1–4.3): the startup inspection, the
 // explicit starts, meta creation and the identity re-check.
 #pragma once
 
@@ -16,7 +16,7 @@ struct verifier_state {
   static inline const char* name = "metadata-verifier";
   /// The whole startup sequence of a generation: every partition it owns.
   caf::expected<verified_start> run(const projection_settings& cfg, generation& gen);
-  /// DESIGN.md §12, "Decision — handover": the same verification for
+  /// docs/DESIGN.md §12, "Decision — handover": the same verification for
   /// partitions `added` to the running generation `gen`, whose consumer
   /// then adds them (incremental assign); the answer holds only them.
   caf::expected<verified_start> extend(const projection_settings& cfg, generation& gen,

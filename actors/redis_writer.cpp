@@ -255,7 +255,7 @@ caf::expected<bool> writer_state::send(const partition_batch& b,
 
 void writer_state::add(const verified_start& vs) {
   // Partitions without a stored checkpoint start from "absent" (bootstrap).
-  // DESIGN.md §15: a start below the stored checkpoint (a shard's copy is
+  // docs/DESIGN.md §15: a start below the stored checkpoint (a shard's copy is
   // behind it) replays from there; the checkpoint is not written until the
   // replay passes it (it never moves backwards).
   for (auto& [p, start] : vs.starts) {
@@ -300,7 +300,7 @@ writer_state::checkpoint_fenced(uint64_t answered, caf::actor_clock::time_point 
     ++covered;
   }
   std::vector<checkpoint_advanced> out;
-  // Redis Cluster mode (DESIGN.md §15): every primary's copy first (they
+  // Redis Cluster mode (docs/DESIGN.md §15): every primary's copy first (they
   // may run ahead of the checkpoint, never behind what it covers).  Every
   // reply below these positions was read.
   if (sessions && !next.empty()) {

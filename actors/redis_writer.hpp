@@ -25,7 +25,7 @@ struct writer_state {
   std::shared_ptr<generation> gen;
   std::shared_ptr<session_store> sessions;
   core::identity id;
-  /// DESIGN.md §12: the ownership epoch each checkpoint write is fenced with.
+  /// docs/DESIGN.md §12: the ownership epoch each checkpoint write is fenced with.
   std::map<int32_t, uint64_t> owner_epochs;
   /// The end offset of the last batch sent per partition (-1: no checkpoint
   /// stored yet): batches that add nothing are answered at once.
@@ -90,7 +90,7 @@ struct writer_state {
   std::deque<in_flight> fenced;
   /// flush requests per partition, answered once it has nothing in flight.
   std::multimap<int32_t, caf::typed_response_promise<int64_t>> flushes;
-  /// DESIGN.md §12, "Decision — handover": partitions being revoked (no new
+  /// docs/DESIGN.md §12, "Decision — handover": partitions being revoked (no new
   /// batch of theirs is taken), with the requests answered once none of
   /// theirs is in flight; then they are forgotten and unassigned.
   struct revoke_request {

@@ -38,7 +38,7 @@ namespace qsp {
 namespace supervision {
 
 // The PULL_SESSION_LIST gate: this node runs (state ready) and, in the
-// clustered modes, every partition of the namespace is ready (DESIGN §12).
+// clustered modes, every partition of the namespace is ready (docs/DESIGN.md §12).
 bool gate_open(const supervisor_state& st) {
   return st.state == "ready" && (!st.cfg.clustered() || st.namespace_ready);
 }
@@ -414,7 +414,7 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
     if (on_end)
       on_end();
   });
-  // Ownership (DESIGN.md §12).
+  // Ownership (docs/DESIGN.md §12).
   st.node = st.cfg.node_id;
   if (st.node.empty()) {
     char host[256] = {};
@@ -555,6 +555,7 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
       if (self->state.stopping && !self->state.shutdowns.empty())
         shutdown_tick(self);
     },
+    [=](atom::repeat) { notify(self); },
     [=](atom::assign, const std::vector<int32_t>& parts) -> caf::result<caf::ok_atom> {
       auto& st = self->state;
       if (st.cfg.ownership != ownership_mode::host && st.cfg.ownership != ownership_mode::group)

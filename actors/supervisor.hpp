@@ -54,12 +54,12 @@ struct supervisor_state {
   /// The running generation's consumers, by partition.
   std::map<int32_t, consumer_actor> consumers;
 
-  // -- ownership (DESIGN.md §12) -------------------------------------------
+  // -- ownership (docs/DESIGN.md §12) -------------------------------------------
   std::string node;
   /// The partitions this node owns (every one with ownership = all) and the
   /// epochs of its claims: the rules live in core::ownership.
   core::ownership own{false, true};
-  /// DESIGN.md §12, "Decision — handover": the partitions whose addition to
+  /// docs/DESIGN.md §12, "Decision — handover": the partitions whose addition to
   /// the running generation is being verified, and the next ones to add.
   std::vector<int32_t> extending;
   std::vector<int32_t> queued_adds;

@@ -1,4 +1,4 @@
-// Ownership changes and the cluster heartbeat of the supervisor (DESIGN.md
+// Ownership changes and the cluster heartbeat of the supervisor (docs/DESIGN.md
 // §12): whole-generation restarts, incremental assign and revoke, what a
 // heartbeat publishes and what its report means.  The rules themselves are
 // core::ownership's; the lifecycle is actors/supervisor.cpp's.
@@ -32,7 +32,7 @@ caf::error on_fenced(supervisor_pointer self, int32_t p, const std::string& why)
   return caf::none;
 }
 
-// -- ownership changes (DESIGN.md §12) -----------------------------------------
+// -- ownership changes (docs/DESIGN.md §12) -----------------------------------------
 
 void finish_regeneration(supervisor_pointer self) {
   auto& st = self->state;
@@ -78,7 +78,7 @@ void regenerate(supervisor_pointer self) {
     finish_regeneration(self);
 }
 
-// -- incremental ownership changes (DESIGN.md §12, "Decision — handover") ------
+// -- incremental ownership changes (docs/DESIGN.md §12, "Decision — handover") ------
 
 // The generation runs (verified, its children up) and no regeneration is
 // pending: an ownership change can touch only the partitions that move.
@@ -204,7 +204,7 @@ std::vector<owned_status> published(const supervisor_state& st,
       o.next_offset = i->second->next_offset;
       o.caught_up = o.next_offset >= o.h0;
       // Each partition's own state while the generation runs: one added
-      // to it catches up while the ones kept stay ready (DESIGN §12).
+      // to it catches up while the ones kept stay ready (docs/DESIGN.md §12).
       o.state = o.caught_up ? "ready" : "catching-up";
     }
     out.push_back(o);
@@ -247,7 +247,7 @@ void on_report(supervisor_pointer self, const cluster_report& rep) {
       if (!st.writer)
         continue;
       // Redis lost the claim (a failover to a lagging replica, a restore):
-      // transient, the next verification re-claims (DESIGN §12).
+      // transient, the next verification re-claims (docs/DESIGN.md §12).
       fail(self, caf::make_error(ec::checkpoint_conflict,
                                  why + ": the ownership claim was lost (rolled back by Redis); "
                                        "re-claiming"));

@@ -30,7 +30,7 @@ caf::expected<projection_status> ask_status(caf::actor_system& sys, const projec
 
 namespace {
 
-// The ownership table (DESIGN.md §12) and the partitions holding the gate closed.
+// The ownership table (docs/DESIGN.md §12) and the partitions holding the gate closed.
 void put_cluster(nlohmann::json& j, const std::vector<cluster_partition>& view) {
   auto& held = j["held_closed"] = nlohmann::json::array();
   auto& cl = j["cluster"] = nlohmann::json::array();
@@ -72,7 +72,7 @@ std::string status_json(const projection_status& s) {
                      {"live_lag", p.live_lag},
                      {"progress_age_seconds", static_cast<double>(p.progress_age_ms) / 1e3}});
   if (s.ownership != "all") {
-    // DESIGN.md §12: the gate is the namespace's; say which partitions hold it closed.
+    // docs/DESIGN.md §12: the gate is the namespace's; say which partitions hold it closed.
     j["ownership"] = s.ownership;
     j["node"] = s.node;
     j["owned"] = s.owned;
@@ -91,7 +91,7 @@ std::string prometheus_text(const projection_status& s, const metrics& m, const 
   metric("qsp_ready", "gauge", "1 when every partition reached its start target H0");
   out += "qsp_ready{" + lbl + "} " + (s.ready ? "1" : "0") + "\n";
   metric("qsp_namespace_ready", "gauge",
-         "1 when every partition of the namespace has a live owner at its H0 (DESIGN §12; with "
+         "1 when every partition of the namespace has a live owner at its H0 (docs/DESIGN.md §12; with "
          "ownership all, the same as qsp_ready)");
   out += "qsp_namespace_ready{" + lbl + "} " + (s.namespace_ready ? "1" : "0") + "\n";
   metric("qsp_owned_partitions", "gauge", "partitions this node owns now");

@@ -221,7 +221,7 @@ int cmd_inspect(const app::node_settings& s, bool json) {
     parts.push_back({{"partition", p}, {"low", r->broker.marks[p].low},
                      {"last_stable_offset", r->broker.marks[p].high},
                      {"high_watermark", r->broker.true_high[p]}});
-  // Redis Cluster mode: every primary and its copy (DESIGN.md §15).
+  // Redis Cluster mode: every primary and its copy (docs/DESIGN.md §15).
   if (!r->cluster.shards.empty()) {
     auto& rc = j["redis_cluster"];
     rc["copies_established"] = r->cluster.copies_marked;

@@ -232,7 +232,7 @@ private:
   bool final_pending_ = false;
   uint64_t records_at_start_ = 0;
   /// The partitions of the last ready status: when partitions are added to
-  /// a running projection (DESIGN §12, handover) they are not caught up
+  /// a running projection (docs/DESIGN.md §12, handover) they are not caught up
   /// again, so the catch-up that follows counts only the added ones.
   std::set<int32_t> kept_;
 };

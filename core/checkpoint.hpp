@@ -1,4 +1,4 @@
-// The Redis checkpoint contract (DESIGN.md §3): how meta and per-partition
+// The Redis checkpoint contract (docs/DESIGN.md §3): how meta and per-partition
 // checkpoint hashes are encoded, and the fail-closed validation of what a
 // previous run stored against what this run observes.
 //
@@ -123,7 +123,7 @@ struct epoch_validation {
 epoch_validation validate_epochs(const stored_state& stored,
                                  const std::map<int32_t, int64_t>& next_offsets);
 
-// Exactly the fields of DESIGN.md §3.
+// Exactly the fields of docs/DESIGN.md §3.
 hash_fields encode_meta(const identity& id);
 hash_fields encode_checkpoint(const identity& id, int32_t partition, int64_t next_offset);
 

@@ -1,4 +1,4 @@
-// Several nodes, one namespace (DESIGN.md §12): the readiness rule applied to
+// Several nodes, one namespace (docs/DESIGN.md §12): the readiness rule applied to
 // what Redis holds per partition, and the partition-list syntax of
 // projection.partitions.  Pure: the Redis adapter reads, this judges.
 #pragma once
@@ -40,7 +40,7 @@ struct partition_readiness {
 /// when it got the partition and is not dirty.
 partition_readiness judge(const owner_record& owner, const status_record& status);
 
-/// DESIGN.md §12: what the owner record says to the holder of a claim
+/// docs/DESIGN.md §12: what the owner record says to the holder of a claim
 /// (`node`, `mine`; `mine` 0: a writer outside any cluster, ownership = all).
 ///   ok:     it names this node with this epoch (mine 0: there is none);
 ///   fenced: it names another node with an equal or newer epoch: the
@@ -51,7 +51,7 @@ partition_readiness judge(const owner_record& owner, const status_record& status
 enum class owner_check { ok, fenced, lost };
 owner_check check_owner(const owner_record& stored, const std::string& node, uint64_t mine);
 
-/// DESIGN.md §12, "Decision — re-claim": what a verification does with the
+/// docs/DESIGN.md §12, "Decision — re-claim": what a verification does with the
 /// owner record of a partition this node owns.
 enum class claim_verdict { keep, claim, fenced };
 struct claim_decision {

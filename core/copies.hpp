@@ -1,4 +1,4 @@
-// Redis Cluster mode (DESIGN.md §15): the start of each partition from its
+// Redis Cluster mode (docs/DESIGN.md §15): the start of each partition from its
 // checkpoint and every primary's copy.  Pure: redis/cluster_stores.cpp reads
 // the primaries, this judges them.
 //
@@ -153,7 +153,7 @@ copy_floor judge_copies(const redis_cluster_state& cluster,
                         const std::map<int32_t, int64_t>& checkpoints, const hash_fields& meta,
                         const std::map<int32_t, int32_t>& epochs = {});
 
-/// Prerequisites on every primary (DESIGN.md §15): Redis >= 6.2,
+/// Prerequisites on every primary (docs/DESIGN.md §15): Redis >= 6.2,
 /// maxmemory-policy noeviction (unless allowed), cluster_state ok, every
 /// slot served.
 std::vector<problem> check_cluster_prerequisites(const redis_cluster_state& cluster,

@@ -1,4 +1,4 @@
-// The dispatch record (DESIGN.md §6) and its decoders. The decoder is an
+// The dispatch record (docs/DESIGN.md §6) and its decoders. The decoder is an
 // interface so an embedding cluster can plug in its canonical format.
 #pragma once
 

@@ -1,4 +1,4 @@
-// This node's side of DESIGN.md §12: which partitions it owns, the epoch of
+// This node's side of docs/DESIGN.md §12: which partitions it owns, the epoch of
 // each claim, and what a report about one of them means.  Pure and
 // single-threaded: the supervisor asks it and decides dirty, refused or
 // ready from the answers (the rules used to be spread through the

@@ -1,4 +1,4 @@
-// Per-partition explicit start offsets (DESIGN.md §4.2): decided only from
+// Per-partition explicit start offsets (docs/DESIGN.md §4.2): decided only from
 // validated checkpoints and the broker's watermarks. There is no default,
 // earliest or latest fallback; anything unproven is a refusal.
 #pragma once

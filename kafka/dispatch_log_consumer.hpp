@@ -1,6 +1,6 @@
 // RdkafkaDispatchLogConsumer: reads the committed dispatch log with a static
 // assignment and an explicit start per partition.  Reusable: it knows nothing
-// about checkpoints (DESIGN.md §2).
+// about checkpoints (docs/DESIGN.md §2).
 //
 // - assign(), never subscribe(); auto.offset.reset=error; no commits ever;
 //   isolation.level=read_committed; its own client id and group id (identity

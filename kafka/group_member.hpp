@@ -1,5 +1,5 @@
 // Membership in the Kafka consumer group (projection.ownership = group,
-// DESIGN.md §12): the group's coordinator decides which partitions this node
+// docs/DESIGN.md §12): the group's coordinator decides which partitions this node
 // owns; the node projects them with its own consumer, explicit starts from
 // its Redis checkpoints.  This handle only takes part in the group: every
 // partition it is given is paused at once (it never hands out a record) and

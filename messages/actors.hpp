@@ -1,5 +1,5 @@
 // Every typed actor interface of the projection, one commented block each.
-// Message flow (DESIGN.md §10):
+// Message flow (docs/DESIGN.md §10):
 //
 //   supervisor --verify--> metadata_verifier        (§4.1–4.3, identity recheck)
 //   supervisor spawns  partition_consumer × N, redis_writer, identity_fence,
@@ -33,7 +33,7 @@ namespace qsp {
 /// mismatch, a transient error when a dependency is unreachable.
 using verifier_actor = caf::typed_actor<
   caf::replies_to<atom::verify>::with<verified_start>,
-  /// DESIGN.md §12, "Decision — handover": verifies partitions added to the
+  /// docs/DESIGN.md §12, "Decision — handover": verifies partitions added to the
   /// running generation (claims, §4 checks) and adds them to its consumer.
   caf::replies_to<atom::assign, std::vector<int32_t>>::with<verified_start>>;
 
@@ -48,7 +48,7 @@ using verifier_actor = caf::typed_actor<
 /// `flush` answers a partition's stored checkpoint once every batch of it
 /// received so far is checkpointed (a consumer stopping at an undecodable
 /// record leaves the checkpoint exactly before it).
-/// DESIGN.md §12, "Decision — handover": `assign` adds partitions (their
+/// docs/DESIGN.md §12, "Decision — handover": `assign` adds partitions (their
 /// checkpoints and owner epochs) to the running writer; `revoke` refuses
 /// further batches of partitions and answers once none of theirs is in
 /// flight any more (confirmed and checkpointed, or failed with no
@@ -60,7 +60,7 @@ using writer_actor = caf::typed_actor<
   caf::reacts_to<atom::assign, verified_start>,
   caf::replies_to<atom::revoke, std::vector<int32_t>>::with<caf::ok_atom>>;
 
-/// The run-time identity fence (DESIGN.md §4): re-checks cluster id, topic
+/// The run-time identity fence (docs/DESIGN.md §4): re-checks cluster id, topic
 /// id and partition count every identity-check-interval, and on request.
 /// `check` answers the sequence number of a successful check that started
 /// after the request arrived (checks run at most one per min gap).  A changed
@@ -96,7 +96,7 @@ using aggregator_actor = caf::typed_actor<
   caf::reacts_to<atom::assign, verified_start>,
   caf::reacts_to<atom::revoke, std::vector<int32_t>>>;
 
-/// The cluster heartbeat (clustered ownership modes, DESIGN.md §12), on a
+/// The cluster heartbeat (clustered ownership modes, docs/DESIGN.md §12), on a
 /// Redis connection of its own that outlives generations: `heartbeat`
 /// publishes this node's owned partitions (fenced ones are reported back)
 /// and reads the namespace's view; `revoke` deletes the statuses of
@@ -110,11 +110,15 @@ using member_actor = caf::typed_actor<
 /// The supervisor: the public handle (qsession/projection/projection.hpp)
 /// plus what only its own children and timers send it.  `ready` comes from
 /// the current aggregator; `restart` is the backoff timer of a generation;
-/// `tick` drives an ordered shutdown until every child and I/O has stopped.
+/// `tick` drives an ordered shutdown until every child and I/O has stopped;
+/// `repeat` pushes the current status to every subscriber again (a push may
+/// repeat the previous one, docs/EMBEDDING.md: the test kit's
+/// repeat_status() lets a host test that it compares rather than counts).
 using supervisor_actor = projection_actor::extend<
   caf::reacts_to<atom::ready>,
   caf::reacts_to<atom::restart, uint64_t>,
   caf::reacts_to<atom::tick>,
+  caf::reacts_to<atom::repeat>,
   caf::reacts_to<atom::heartbeat, uint64_t>, ///< the cluster heartbeat's timer (its token)
   caf::reacts_to<atom::verify, caf::error>>; ///< the group membership failed
 

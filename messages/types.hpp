@@ -28,7 +28,7 @@ namespace qsp {
 /// A contiguous run of records of one partition, handed from a consumer to the
 /// writer.  `end_offset` is the next offset not covered: the last record's
 /// offset + 1, or a position the consumer provably passed (transaction
-/// markers, aborted records) — DESIGN.md §5.
+/// markers, aborted records) — docs/DESIGN.md §5.
 struct partition_batch {
   int32_t partition = 0;
   int64_t begin_offset = 0;
@@ -62,12 +62,12 @@ struct verified_start {
   std::map<int32_t, int64_t> true_high; ///< read_uncommitted high watermark
   int64_t retention_ms = -1; ///< -1: the broker did not say
   bool meta_created = false;
-  /// DESIGN.md §12: the ownership epoch of every partition this generation
+  /// docs/DESIGN.md §12: the ownership epoch of every partition this generation
   /// owns (clustered modes); its checkpoint writes are fenced with it.
   std::map<int32_t, uint64_t> owner_epochs;
 };
 
-/// What an owner publishes per owned partition (DESIGN.md §12).
+/// What an owner publishes per owned partition (docs/DESIGN.md §12).
 struct owned_status {
   int32_t partition = 0;
   uint64_t epoch = 0;
@@ -175,4 +175,5 @@ CAF_BEGIN_TYPE_ID_BLOCK(qsp_internal, caf::id_block::qsp::end)
   CAF_ADD_ATOM(qsp_internal, qsp::atom, check, "qsp_check")
   CAF_ADD_ATOM(qsp_internal, qsp::atom, flush, "qsp_flush")
   CAF_ADD_ATOM(qsp_internal, qsp::atom, heartbeat, "qsp_hbeat")
+  CAF_ADD_ATOM(qsp_internal, qsp::atom, repeat, "qsp_repeat")
 CAF_END_TYPE_ID_BLOCK(qsp_internal)

@@ -74,7 +74,7 @@ public:
   /// and the stored next_offset equals `expected` (-1: the key must be absent).
   /// A mismatch is ec::checkpoint_conflict.  In the same atomic step the
   /// partition's leader-epoch sidecar gets {next_offset, leader_epoch}
-  /// (-1: unknown).  Fencing (DESIGN.md §12, core::check_owner): the
+  /// (-1: unknown).  Fencing (docs/DESIGN.md §12, core::check_owner): the
   /// partition's owner record must name `owner_node` with `owner_epoch`
   /// (owner_epoch 0: a writer outside any cluster, which requires that there
   /// is none).  If it names another node with an equal or newer epoch,
@@ -87,7 +87,7 @@ public:
                                                int32_t leader_epoch = -1,
                                                uint64_t owner_epoch = 0,
                                                const std::string& owner_node = {}) = 0;
-  /// Claims `partition` of `topic` for `node` (DESIGN.md §12, "Decision —
+  /// Claims `partition` of `topic` for `node` (docs/DESIGN.md §12, "Decision —
   /// re-claim", core::decide_claim), reading and writing the owner record in
   /// one atomic step.  `mine` is the epoch of this node's claim (0: none
   /// yet).  Answers the epoch this node holds afterwards: `mine` where the
@@ -97,7 +97,7 @@ public:
   virtual caf::expected<uint64_t> claim(const std::string& topic, int32_t partition,
                                         const std::string& node, int64_t now_ms,
                                         uint64_t mine = 0) = 0;
-  /// Redis Cluster mode (DESIGN.md §15): every primary (its prerequisites
+  /// Redis Cluster mode (docs/DESIGN.md §15): every primary (its prerequisites
   /// and its copy of `topic`'s positions), the slots no primary serves, and
   /// whether meta marks the copies established.  Other modes: no shards.
   virtual caf::expected<core::redis_cluster_state> cluster_state(const std::string& topic) {
@@ -157,7 +157,7 @@ public:
   }
   /// The user's conversations, newest first.
   virtual caf::expected<session_list> sessions(const std::string& user, size_t limit) = 0;
-  /// Redis Cluster mode (DESIGN.md §15, "per-shard copies"): writes, on
+  /// Redis Cluster mode (docs/DESIGN.md §15, "per-shard copies"): writes, on
   /// every primary, that shard's copy of `positions` (partition ->
   /// {next_offset, leader_epoch}) of the projection `id`.  Called only once
   /// every ZADD below those offsets was confirmed (confirm(), redirections
@@ -256,7 +256,7 @@ public:
   /// consumer last learnt it from the broker, without asking the broker;
   /// -1 while unknown.  Callable from any thread, never blocks.
   virtual int64_t log_end(int32_t /*partition*/) { return -1; }
-  /// DESIGN.md §12, "Decision — handover": adds partitions to a started
+  /// docs/DESIGN.md §12, "Decision — handover": adds partitions to a started
   /// consumer (librdkafka's incremental assign) with the same checks and
   /// epoch validation as start(); the partitions already assigned keep
   /// fetching from where they are.  A partition already assigned is an error.
@@ -334,7 +334,7 @@ public:
   virtual caf::expected<std::unique_ptr<checkpoint_store>> make_checkpoint_store() = 0;
   virtual caf::expected<std::unique_ptr<session_store>> make_session_store() = 0;
   virtual caf::expected<std::shared_ptr<dispatch_log>> make_dispatch_log() = 0;
-  /// Clustered ownership modes only (DESIGN.md §12).
+  /// Clustered ownership modes only (docs/DESIGN.md §12).
   virtual caf::expected<std::unique_ptr<cluster_store>> make_cluster_store() = 0;
   /// ownership = group only; ports without a broker answer ec::invalid_config.
   virtual caf::expected<std::unique_ptr<group_membership>> make_group_member(group_events events) {

@@ -1,4 +1,4 @@
-// Redis Cluster mode, the I/O part (DESIGN.md §15): the slot map read from
+// Redis Cluster mode, the I/O part (docs/DESIGN.md §15): the slot map read from
 // the seed nodes, and connections to the primaries.  Routing is done here,
 // over the same hiredis connections as the other modes (TLS with the host
 // check, ACL user, timeouts, interrupt, the pipelined ZADD fast path), not by

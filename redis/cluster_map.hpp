@@ -1,6 +1,6 @@
 // Redis Cluster mode, the pure part: key slots (CRC16 and hash tags), slot
 // ranges, the slot map read from CLUSTER SLOTS, the copy keys and the copy
-// record one shard holds (DESIGN.md §15).  No I/O: the caller sends the
+// record one shard holds (docs/DESIGN.md §15).  No I/O: the caller sends the
 // commands and hands the replies here.  No exceptions: errors are
 // caf::expected / std::optional.
 //
@@ -175,7 +175,7 @@ struct shard_copy {
   std::string shard_node;   ///< the primary's node id when written
   std::string shard_replid; ///< the primary's replid when written (40 hex digits)
   std::vector<slot_range> slots;  ///< the shard's slots when written
-  /// The DESIGN.md §3 identity fields (format_version, dispatch_topic, ...).
+  /// The docs/DESIGN.md §3 identity fields (format_version, dispatch_topic, ...).
   std::map<std::string, std::string> identity;
   /// partition -> {next_offset, leader_epoch (-1 unknown)}.
   std::map<int32_t, std::pair<int64_t, int32_t>> positions;

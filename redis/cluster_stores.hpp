@@ -1,4 +1,4 @@
-// The Redis adapters of Redis Cluster mode (DESIGN.md §15): the session
+// The Redis adapters of Redis Cluster mode (docs/DESIGN.md §15): the session
 // store that splits each batch by shard, and the reading of every primary's
 // copy for the start.  The checkpoint and cluster stores of this mode are
 // the standalone ones on a connection to the namespace's shard (every key

@@ -97,7 +97,7 @@ struct settings {
   /// WAIT after every checkpoint write (redis.wait-replicas / wait-timeout); 0: none.
   int wait_replicas = 0;
   int wait_timeout_ms = 100;
-  /// Key layout (DESIGN.md §3): {ns}:meta, {ns}:checkpoint:{topic}:{p}, {convs}{user}.
+  /// Key layout (docs/DESIGN.md §3): {ns}:meta, {ns}:checkpoint:{topic}:{p}, {convs}{user}.
   std::string ns = "session_projection";
   std::string convs_prefix = "convs:";
   /// Held by every connection until it is closed (the projection's I/O

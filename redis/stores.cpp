@@ -55,7 +55,7 @@ return 'created'
 /// never for the whole keyspace).
 constexpr const char* scan_count = "1000";
 
-// DESIGN.md §12, core::check_owner in Lua: what the owner record KEYS-key
+// docs/DESIGN.md §12, core::check_owner in Lua: what the owner record KEYS-key
 // says to the holder of (node, mine): 'ok', 'fenced' (another node with an
 // equal or newer epoch: the partition moved; mine 0: any record) or 'lost'
 // (absent, or rolled back: transient), and the record's node and epoch.
@@ -69,12 +69,12 @@ constexpr const char* scan_count = "1000";
   "  return 'lost', o\n" \
   "end\n"
 
-// The guarded checkpoint write (DESIGN.md §4): identity fields of meta and of
+// The guarded checkpoint write (docs/DESIGN.md §4): identity fields of meta and of
 // the checkpoint must match, and the stored next_offset must equal what this
 // writer last wrote (ARGV[1], or '' for "absent").  Answers 'ok' or
 // '<key>|<field>|<stored value>' naming the first mismatch.  With the
 // checkpoint, the leader-epoch sidecar KEYS[3] gets {next_offset,
-// leader_epoch = ARGV[9]}: both or neither.  Fencing (DESIGN.md §12): the
+// leader_epoch = ARGV[9]}: both or neither.  Fencing (docs/DESIGN.md §12): the
 // owner record KEYS[4] must name this node ARGV[11] with its epoch ARGV[10]
 // (ARGV[10] 0: there must be none); else the answer is
 // 'owner|<fenced or lost>|<stored epoch>|<stored node>'.
@@ -500,7 +500,7 @@ caf::expected<void> redis_checkpoint_store::write_checkpoint(const core::identit
 
 // -- session store ------------------------------------------------------------
 
-// -- ownership and the cluster status (DESIGN.md §12) -------------------------
+// -- ownership and the cluster status (docs/DESIGN.md §12) -------------------------
 
 namespace {
 

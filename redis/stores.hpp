@@ -10,14 +10,14 @@
 
 namespace qsp::redis {
 
-/// Key names of DESIGN.md §3.
+/// Key names of docs/DESIGN.md §3.
 std::string meta_key(const std::string& ns);
 std::string checkpoint_prefix(const std::string& ns, const std::string& topic);
 std::string checkpoint_key(const std::string& ns, const std::string& topic, int32_t partition);
 /// The leader-epoch sidecar of a checkpoint (not under the checkpoint prefix:
 /// the seven-field checkpoint hash and its stray-key scan stay as they are).
 std::string epoch_key(const std::string& ns, const std::string& topic, int32_t partition);
-/// DESIGN.md §12: who owns a partition (node, epoch, heartbeat_ms) ...
+/// docs/DESIGN.md §12: who owns a partition (node, epoch, heartbeat_ms) ...
 std::string owner_key(const std::string& ns, const std::string& topic, int32_t partition);
 /// ... and what its owner last published (with a TTL).
 std::string status_key(const std::string& ns, const std::string& topic, int32_t partition);

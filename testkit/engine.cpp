@@ -319,6 +319,7 @@ void engine::on_failure(const std::string& msg) { failures.push_back(msg); }
 
 std::string engine::summary() {
   std::string out = "state " + (state().empty() ? std::string{"<none>"} : state());
+  out += gate_open() ? ", gate open" : ", gate closed";
   if (!seen->empty() && !seen->back().last_error.empty())
     out += ", last error: " + seen->back().last_error;
   out += ", checkpoints:";
@@ -386,9 +387,21 @@ void engine::journal_world_events() {
   }
   for (; statuses_journaled_ < seen->size(); ++statuses_journaled_) {
     auto& s = (*seen)[statuses_journaled_];
-    if (statuses_journaled_ > 0 && (*seen)[statuses_journaled_ - 1].state == s.state)
-      continue;
-    note("state " + s.state + (s.last_error.empty() ? std::string{} : " (" + s.last_error + ")"));
+    auto prev = statuses_journaled_ > 0 ? &(*seen)[statuses_journaled_ - 1] : nullptr;
+    if (prev == nullptr || prev->state != s.state)
+      note("state " + s.state
+           + (s.last_error.empty() ? std::string{} : " (" + s.last_error + ")"));
+    // The gate (what a pull sees) has a line of its own: in the clustered
+    // modes it closes while this node's state stays ready.
+    if (s.ready != (prev != nullptr && prev->ready)) {
+      std::string held;
+      if (!s.ready && s.state == "ready")
+        for (auto& c : s.cluster)
+          if (!c.ready)
+            held += (held.empty() ? ": namespace not ready: " : "; ") + std::to_string(c.partition)
+                    + ": " + c.why;
+      note(s.ready ? std::string{"gate open"} : "gate closed" + held);
+    }
   }
 }
 
@@ -577,6 +590,11 @@ void engine::check_invariants() {
       i = lso_at_start.erase(i); // the log shrank (truncation, recreation)
     else
       ++i;
+  // The host's own invariants (the kit's add_invariant), named as these are.
+  for (auto& h : host_invariants)
+    if (h.check)
+      if (auto broke = h.check(); !broke.empty())
+        violation("[" + h.name + "] " + broke);
   if (state() != "ready")
     rolled_back = false;
   // The shard hole closes once the projection restarted and is ready again.

@@ -144,7 +144,7 @@ struct engine {
   bool rolled_back = false;
   /// A Redis Cluster shard failed over (Redis Cluster mode): that shard lost
   /// writes below checkpoints kept on other shards, which the projection
-  /// repairs from its per-shard copies at its next start (DESIGN.md §15).
+  /// repairs from its per-shard copies at its next start (docs/DESIGN.md §15).
   /// Per partition: until it was assigned again after the failover and its
   /// checkpoint then moved past the one it had, entries of users on the
   /// failed shards below that checkpoint may be missing.
@@ -181,6 +181,9 @@ struct engine {
   // -- observation -------------------------------------------------------------------
 
   std::string state() const { return seen->empty() ? std::string{} : seen->back().state; }
+  /// The PULL_SESSION_LIST gate as the latest push says (`ready`; in the
+  /// clustered modes the namespace's, not only this node's state).
+  bool gate_open() const { return !seen->empty() && seen->back().ready; }
   std::string last_error() const {
     return seen->empty() ? std::string{} : seen->back().last_error;
   }
@@ -283,11 +286,22 @@ struct engine {
   void check_invariants();
   /// Runs first in every check (the kit journals answers here).
   virtual void on_check() {}
-  /// After one job: checks if check_every_job.
+  /// Runs after every job, before its check (the kit delivers the status
+  /// pushes to its listener there, so its view is never behind the gate).
+  virtual void on_job() {}
+  /// After one job: on_job(), then checks if check_every_job.
   void after_job() {
+    on_job();
     if (check_every_job)
       check_invariants();
   }
+  /// Host invariants (the kit's add_invariant): checked with the
+  /// projection's, reported as "[name] what broke".
+  struct host_invariant {
+    std::string name;
+    std::function<std::string()> check;
+  };
+  std::vector<host_invariant> host_invariants;
 
   // -- the event journal ---------------------------------------------------------------
 

@@ -311,7 +311,7 @@ struct fake_world {
   /// Every key name (hashes, strings, session sets), sorted.
   std::vector<std::string> keys() const;
 
-  // -- Redis Cluster mode (DESIGN.md §15) ----------------------------------------
+  // -- Redis Cluster mode (docs/DESIGN.md §15) ----------------------------------------
 
   /// Non-empty shards: the stores are in Redis Cluster mode.  cluster_state()
   /// answers this (copies_marked from meta's core::copies_field); every

@@ -4,8 +4,11 @@
 
 #include <algorithm>
 
+#include "caf/mailbox_element.hpp"
+#include "caf/scheduled_actor.hpp"
 #include "caf/send.hpp"
 
+#include "messages/actors.hpp"
 #include "testkit/engine.hpp"
 
 namespace qsp::testkit {
@@ -33,6 +36,23 @@ void ownership_request(caf::event_based_actor* self, std::shared_ptr<std::string
            [answer, what](caf::error& e) { *answer = what + " answered " + describe(e); });
 }
 
+/// True if `job` is an actor with a message (Ts...) in its mailbox.  (The
+/// kit's only look into CAF's scheduler beyond driving it: which actors
+/// still hold a status push.)
+template <class... Ts>
+bool holds(caf::resumable* job) {
+  auto a = dynamic_cast<caf::scheduled_actor*>(job);
+  if (a == nullptr)
+    return false;
+  bool found = false;
+  a->mailbox().peek(); // moves what arrived into the queue peek_all sees
+  a->mailbox().queue().peek_all([&found](const caf::mailbox_element& x) {
+    if (!found && x.content().match_elements<Ts...>())
+      found = true;
+  });
+  return found;
+}
+
 } // namespace
 
 struct kit::impl : engine {
@@ -51,7 +71,7 @@ struct kit::impl : engine {
     settings.topic = o.topic;
     settings.ns = o.ns;
     if (o.redis_shards > 0) {
-      // Redis Cluster mode: the namespace is a hash tag (DESIGN.md §15).
+      // Redis Cluster mode: the namespace is a hash tag (docs/DESIGN.md §15).
       if (settings.ns.empty() || settings.ns.front() != '{')
         settings.ns = "{" + settings.ns + "}";
       lock g{world->mtx};
@@ -63,19 +83,48 @@ struct kit::impl : engine {
 
   void on_failure(const std::string& msg) override { failures.push_back(msg); }
   void on_check() override { journal_answers(); }
+  /// The kit's listener gets each push right after the job that sent it:
+  /// the kit's view (state(), ready()) is never behind the projection's gate.
+  void on_job() override {
+    if (!listener)
+      return;
+    for (int i = 0; i < 10000 && sched.prioritize(listener); ++i)
+      sched.run_once();
+  }
+
+  /// Runs the actors that still hold a status push (a host's listeners),
+  /// each until it took its pushes, without moving the clock and without
+  /// running anything else: when a kit call returns, every subscriber has
+  /// the pushes the kit's view has.
+  void deliver_pushes() {
+    for (size_t n = 0; n < 100000 && violations.empty(); ++n) {
+      auto& jobs = sched.jobs;
+      auto i = std::find_if(jobs.begin(), jobs.end(), holds<atom::status, projection_status>);
+      if (i == jobs.end())
+        break;
+      std::rotate(jobs.begin(), i, i + 1);
+      sched.run_once();
+      after_job();
+    }
+    report();
+  }
 
   /// Asks the projection, moving the clock while nothing is runnable.
   template <class T, class... Ts>
   caf::expected<T> ask_timed(caf::timespan limit, Ts... xs) {
     if (!proj)
       return caf::make_error(ec::unspecified, "testkit: the projection is not started");
-    return ask_of<T>(proj, limit, xs...);
+    auto res = ask_of<T>(proj, limit, xs...);
+    deliver_pushes();
+    return res;
   }
 
   bool until(const std::function<bool()>& done, caf::timespan limit, const std::string& what) {
     soft.clear();
     auto ticks = static_cast<size_t>(limit / settings.idle_poll) + 1;
-    if (drive(done, ticks, true))
+    bool reached = drive(done, ticks, true);
+    deliver_pushes();
+    if (reached && violations.empty())
       return true;
     if (violations.empty())
       soft.push_back("not reached within " + std::to_string(limit / std::chrono::milliseconds{1})
@@ -104,6 +153,8 @@ struct kit::impl : engine {
   }
 
   kit_options opts;
+  std::vector<std::function<void(kit&)>> start_hooks;
+  size_t starts = 0;
   /// What the last waiting call (run_until_*, assign, revoke, stop,
   /// model_equals_redis) did not get: in explain(), not in failed().
   std::vector<std::string> soft;
@@ -121,7 +172,25 @@ caf::actor_system& kit::system() { return d_->sys; }
 
 projection_settings& kit::settings() { return d_->settings; }
 
-void kit::start() { d_->start(); }
+void kit::start() {
+  if (d_->proj)
+    d_->note("start: the running projection is replaced");
+  d_->start();
+  if (!d_->proj)
+    return;
+  ++d_->starts;
+  if (d_->starts > 1)
+    d_->note("projection #" + std::to_string(d_->starts) + " (a new handle)");
+  for (auto& hook : d_->start_hooks)
+    hook(*this);
+}
+
+void kit::on_start(std::function<void(kit&)> hook) {
+  if (hook)
+    d_->start_hooks.push_back(std::move(hook));
+}
+
+size_t kit::starts() const { return d_->starts; }
 
 bool kit::stop() {
   d_->soft.clear();
@@ -186,7 +255,13 @@ bool kit::run_until_state(const std::string& state, caf::timespan limit) {
   return d_->until([&] { return d_->state() == state; }, limit, "state " + state);
 }
 
-bool kit::run_until_ready(caf::timespan limit) { return run_until_state("ready", limit); }
+bool kit::run_until_ready(caf::timespan limit) {
+  return d_->until([&] { return d_->gate_open(); }, limit, "the gate open");
+}
+
+bool kit::run_until_not_ready(caf::timespan limit) {
+  return d_->until([&] { return !d_->gate_open(); }, limit, "the gate closed");
+}
 
 bool kit::run_until_offset(int32_t p, int64_t next_offset, caf::timespan limit) {
   return d_->until(
@@ -211,7 +286,7 @@ int64_t kit::wall_ms() const { return d_->wall_ms(); }
 
 std::string kit::state() const { return d_->state(); }
 
-bool kit::ready() const { return d_->state() == "ready"; }
+bool kit::ready() const { return d_->gate_open(); }
 
 caf::expected<projection_status> kit::status() {
   return d_->ask_timed<projection_status>(std::chrono::seconds{10}, atom::status_v);
@@ -233,6 +308,33 @@ caf::expected<session_list> kit::pull(const std::string& user, uint32_t limit) {
 }
 
 const std::vector<projection_status>& kit::statuses() const { return *d_->seen; }
+
+void kit::repeat_status(int times) {
+  if (!d_->proj || times <= 0)
+    return;
+  d_->note("the projection repeats its status " + std::to_string(times) + " time"
+           + (times == 1 ? "" : "s"));
+  auto sup = caf::actor_cast<supervisor_actor>(d_->proj);
+  for (int i = 0; i < times; ++i)
+    caf::anon_send(sup, atom::repeat_v);
+  // Only the projection's supervisor runs (until it took the requests),
+  // then the pushes are delivered: nothing else moves.
+  for (size_t n = 0; n < 100000 && d_->violations.empty()
+                     && d_->sched.prioritize(d_->proj)
+                     && holds<atom::repeat>(&d_->sched.next_job());
+       ++n) {
+    d_->sched.run_once();
+    d_->after_job();
+  }
+  d_->deliver_pushes();
+}
+
+void kit::add_invariant(const std::string& name, invariant_check check) {
+  if (!check)
+    return;
+  d_->host_invariants.push_back(
+    {name, [this, check = std::move(check)] { return check(*this); }});
+}
 
 // -- the dispatch log ----------------------------------------------------------------
 
@@ -570,7 +672,8 @@ std::string kit::explain() const {
     out += "invariant violated:\n" + d_->violations_text();
   for (auto& f : d_->soft)
     out += f + "\n";
-  out += "state: " + d_->state() + "\nlast events:\n";
+  out += "state: " + d_->state() + (d_->gate_open() ? ", gate open" : ", gate closed")
+         + "\nlast events:\n";
   for (auto& e : d_->last_events(20))
     out += "  " + e + "\n";
   return out;

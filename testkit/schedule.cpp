@@ -62,7 +62,9 @@ public:
                         ? ", " + std::to_string(res_.cluster_failovers) + " shard failovers, "
                             + std::to_string(res_.cluster_reshards) + " reshards, "
                             + std::to_string(res_.retentions) + " retentions"
-                        : std::string{});
+                        : std::string{})
+                   + (opts_.host.step ? ", " + std::to_string(res_.host_steps) + " host steps"
+                                      : std::string{});
     if (opts_.verbose)
       for (auto& e : k_.events(5000))
         std::fprintf(stderr, "  %s\n", e.c_str());
@@ -102,6 +104,10 @@ private:
     for (int32_t p = 0; p < opts_.partitions; ++p)
       for (int i = between(0, 3); i > 0; --i)
         produce(p);
+    // The host's actors (again after every restart) and its invariants.
+    k_.on_start(opts_.host.start);
+    for (auto& [name, check] : opts_.host.invariants)
+      k_.add_invariant(name, check);
     k_.start();
     if (opts_.ownership_changes) {
       for (int32_t p = 0; p < opts_.partitions; ++p)
@@ -142,6 +148,9 @@ private:
       broker_fault();
     } else if (r < 90) {
       restart_or_move();
+    } else if (opts_.host.step && chance(0.5)) {
+      ++res_.host_steps;
+      opts_.host.step(k_, rng_());
     } else {
       auto user = "u" + std::to_string(between(0, 7));
       (void) k_.pull(user, 10);

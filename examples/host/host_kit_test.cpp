@@ -26,14 +26,6 @@ using namespace std::chrono_literals;
 using qsp::testkit::kit;
 using qsp::testkit::kit_options;
 
-/// Asks `whom` once and keeps the answer (the kit's system runs it).
-template <class T, class Handle, class... Ts>
-void asker(caf::event_based_actor* self, std::shared_ptr<std::optional<caf::expected<T>>> res,
-           Handle whom, Ts... xs) {
-  self->request(whom, caf::infinite, xs...)
-    .then([res](T& x) { *res = std::move(x); }, [res](caf::error& e) { *res = std::move(e); });
-}
-
 /// A kit whose actor system knows the host's own messages.
 kit_options host_options() {
   kit_options o;
@@ -62,36 +54,30 @@ struct host_fixture : testing::Test {
                   {"alice", "user-" + std::to_string(i % 4)});
   }
 
-  /// Starts the projection and the host's gate in front of it.
+  /// Starts the projection and the host's gate in front of it; the hook
+  /// spawns a new gate in front of every new projection (a restart).
   void start() {
-    k.start();
     auto log = alerts;
-    gate = host::spawn_gate(k.system(), "tenant-a", k.projection(),
-                            [log](const std::string& tenant, const std::string& error) {
-                              log->push_back(tenant + ": " + error);
-                            },
-                            2s);
+    k.on_start([this, log](kit& kk) {
+      gate = host::spawn_gate(kk.system(), "tenant-a", kk.projection(),
+                              [log](const std::string& tenant, const std::string& error) {
+                                log->push_back(tenant + ": " + error);
+                              },
+                              2s);
+    });
+    k.start();
     k.run();
   }
 
   /// The host's own shutdown: stop the projection; the gate quits with it.
   void TearDown() override { k.stop(); }
 
-  template <class T, class... Ts>
-  caf::expected<T> ask(Ts... xs) {
-    auto res = std::make_shared<std::optional<caf::expected<T>>>();
-    k.system().spawn(asker<T, host::gate_actor, Ts...>, res, gate, xs...);
-    if (!k.run_until([&] { return res->has_value(); }, 5s))
-      return caf::make_error(caf::sec::request_timeout, "the gate did not answer");
-    return std::move(**res);
-  }
-
   caf::expected<qsp::session_list> pull(const std::string& user, uint32_t limit = 10000) {
-    return ask<qsp::session_list>(host::atom::pull_v, user, limit);
+    return k.request<qsp::session_list>(gate, host::atom::pull_v, user, limit);
   }
 
   std::string health() {
-    auto h = ask<std::string>(host::atom::health_v);
+    auto h = k.request<std::string>(gate, host::atom::health_v);
     return h ? *h : "no answer: " + qsp::describe(h.error());
   }
 
@@ -126,8 +112,8 @@ TEST_F(HostGate, AnswersNotReadyUntilTheProjectionCaughtUp) {
   EXPECT_EQ(health(), "waiting");
   auto early = pull("alice");
   EXPECT_TRUE(not_ready(early)) << (early ? "served before ready" : qsp::describe(early.error()));
+  // The gate has every status push the kit has seen: no k.run() needed.
   ASSERT_TRUE(k.run_until_ready()) << k.explain();
-  k.run();
   EXPECT_EQ(health(), "ready");
   expect_pull_equals_model("alice");
   EXPECT_TRUE(alerts->empty());
@@ -141,7 +127,6 @@ TEST_F(HostGate, NotReadyWhileRedisIsFrozenThenServesTheModel) {
   fill(20);
   start();
   ASSERT_TRUE(k.run_until_ready()) << k.explain();
-  k.run();
   ASSERT_EQ(health(), "ready");
   expect_pull_equals_model("alice");
 
@@ -170,7 +155,6 @@ TEST_F(HostGate, NotReadyWhileRedisIsFrozenThenServesTheModel) {
   k.redis_release();
   ASSERT_TRUE(k.run_until_ready()) << k.explain();
   ASSERT_TRUE(k.run_until_offset(1, k.log_end(1))) << k.explain();
-  k.run();
   EXPECT_EQ(health(), "ready");
   expect_pull_equals_model("alice");
   auto newest = pull("alice");
@@ -191,7 +175,6 @@ TEST_F(HostGate, ARecreatedTopicIsRefusedAndAlertedOnce) {
   k.recreate_topic();
   k.produce(0, "new-topic", 9999, {"gina"});
   ASSERT_TRUE(k.run_until_state("refused")) << k.explain();
-  k.run();
   EXPECT_EQ(health(), "refused");
   ASSERT_EQ(alerts->size(), 1u);
   EXPECT_NE(alerts->front().find("tenant-a: "), std::string::npos) << alerts->front();
@@ -201,12 +184,32 @@ TEST_F(HostGate, ARecreatedTopicIsRefusedAndAlertedOnce) {
   ASSERT_TRUE(not_ready(refused));
   EXPECT_NE(qsp::describe(refused.error()).find("refused"), std::string::npos)
     << qsp::describe(refused.error());
-  // Refused is final: time passes, nothing changes, no second alert.
+  // Refused is final: time passes, nothing changes, no second alert, even
+  // when the projection pushes the refusal again (a push may repeat).
   k.advance(10s);
+  k.repeat_status(3);
   EXPECT_EQ(k.state(), "refused");
   EXPECT_EQ(alerts->size(), 1u);
   EXPECT_FALSE(k.score("gina", "new-topic"));
   EXPECT_TRUE(k.check_invariants()) << k.explain();
+}
+
+// The node restarts: the old gate quits with the old projection, the hook
+// puts a new gate in front of the new one, which serves once ready.
+TEST_F(HostGate, ARestartGetsANewGateInFrontOfTheNewProjection) {
+  fill(10);
+  start();
+  ASSERT_TRUE(k.run_until_ready()) << k.explain();
+  auto old_gate = gate;
+  auto old_projection = k.projection();
+  ASSERT_TRUE(k.restart()) << k.explain();
+  EXPECT_EQ(k.starts(), 2u);
+  EXPECT_NE(k.projection(), old_projection);
+  EXPECT_NE(gate, old_gate);
+  ASSERT_TRUE(k.run_until_ready()) << k.explain();
+  EXPECT_EQ(health(), "ready");
+  expect_pull_equals_model("alice");
+  EXPECT_TRUE(alerts->empty());
 }
 
 } // namespace

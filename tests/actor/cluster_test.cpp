@@ -1,4 +1,4 @@
-// Several nodes, one namespace (DESIGN.md §12): ownership by assign/revoke,
+// Several nodes, one namespace (docs/DESIGN.md §12): ownership by assign/revoke,
 // fenced checkpoint writes, and the namespace-wide readiness gate.  Two
 // projections share one fake world where a test needs two nodes.
 // (Every test also runs the fixture's invariants.)

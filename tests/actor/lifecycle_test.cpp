@@ -1,4 +1,4 @@
-// The lifecycle a host relies on (DESIGN.md §13): status pushes that name the
+// The lifecycle a host relies on (docs/DESIGN.md §13): status pushes that name the
 // projection, typed subscribers that are monitored and removable, and a
 // shutdown that answers only once every child and all of the projection's
 // I/O has stopped, bounded by projection.shutdown-timeout.

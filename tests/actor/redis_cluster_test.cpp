@@ -1,4 +1,4 @@
-// Redis Cluster mode (DESIGN.md §15) on the fakes: every primary's copy of
+// Redis Cluster mode (docs/DESIGN.md §15) on the fakes: every primary's copy of
 // the positions, the start from the lowest of the checkpoint and the copies,
 // the replay below a stored checkpoint, and a redirection in the middle of a
 // batch.  The fakes record every copy write with the entries below it whose

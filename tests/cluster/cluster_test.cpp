@@ -1,5 +1,5 @@
 // A qsession cluster against the real broker and Redis (docs/CLUSTER.md,
-// DESIGN §12): three `run` nodes in ownership = group on a 12-partition topic
+// docs/DESIGN.md §12): three `run` nodes in ownership = group on a 12-partition topic
 // under a live transactional producer (every seventh transaction aborted),
 // through five faults: kill -9 of a node, SIGSTOP of a node past the session
 // timeout, a fourth node joining, a rolling restart of every node, and a

@@ -237,7 +237,7 @@ std::vector<int64_t> range(int64_t from, int64_t to) {
 
 } // namespace
 
-// DESIGN.md §12 (handover): partitions join and leave a running consumer;
+// docs/DESIGN.md §12 (handover): partitions join and leave a running consumer;
 // the others keep fetching from where they are.
 TEST(DispatchLogConsumer, AddsAndRemovesPartitionsIncrementally) {
   auto topic = test::unique_name("consumer-incr");

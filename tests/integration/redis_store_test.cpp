@@ -584,7 +584,7 @@ TEST(RedisCheckpointStore, LeaderEpochSidecarIsWrittenWithTheCheckpointOnly) {
   EXPECT_EQ(bad.problems[0].field, "leader_epoch");
 }
 
-// DESIGN.md §12 against a real Redis: claims grow the epoch, the guarded
+// docs/DESIGN.md §12 against a real Redis: claims grow the epoch, the guarded
 // write refuses an older epoch in the same atomic step (the checkpoint hash
 // keeps its seven fields), statuses are fenced, expire and are released.
 TEST(RedisOwnership, ClaimsFenceOlderEpochsAndStatusesExpire) {
@@ -667,7 +667,7 @@ TEST(RedisOwnership, ClaimsFenceOlderEpochsAndStatusesExpire) {
   EXPECT_LE(ttl, 60000);
 }
 
-// DESIGN.md §12, "Decision — re-claim", in the Lua scripts: a claim Redis
+// docs/DESIGN.md §12, "Decision — re-claim", in the Lua scripts: a claim Redis
 // lost (deleted, rolled back to an older record) is re-claimed above every
 // epoch seen and is never a fence; a guarded write or a publish under it is
 // refused as lost (checkpoint_conflict, transient), not as fenced; a

@@ -107,7 +107,7 @@ TEST_F(secured, LeastPrivilegeAclUserProjectsAndSecretsNeverShow) {
                  "session_projection:checkpoint:" + topic + ":0 next_offset | grep -qx 50"),
             0);
 
-  // Clustered ownership under the same ACL (DESIGN.md §12): the claim, the
+  // Clustered ownership under the same ACL (docs/DESIGN.md §12): the claim, the
   // fenced checkpoint write, the published status and the cluster view.
   {
     auto clustered = args("run", port, creds);

@@ -8,8 +8,11 @@
 
 #include "caf/event_based_actor.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <string>
+
+#include "front.hpp"
 
 namespace {
 
@@ -344,6 +347,255 @@ TEST(Kit, AFailureExplainsItselfWithTheLastEvents) {
   // The next wait that succeeds leaves nothing to explain.
   ASSERT_TRUE(k.run_until_ready());
   EXPECT_EQ(k.explain(), "");
+}
+
+// -- the gate: the kit's readiness is what a pull sees ---------------------------
+
+/// A projection with host ownership, node-a owning every partition, the
+/// gate open.
+void host_owned(kit& k) {
+  k.settings().ownership = qsp::ownership_mode::host;
+  k.settings().node_id = "node-a";
+  fill(k, 5);
+  k.start();
+  ASSERT_TRUE(k.assign({0, 1, 2})) << k.explain();
+  ASSERT_TRUE(k.run_until_ready()) << k.explain();
+}
+
+bool served(const caf::expected<qsp::session_list>& x) { return static_cast<bool>(x); }
+
+// Item 1 of issue 33: a revoke that leaves partition 1 without an owner
+// closes the gate while this node's state stays ready.  ready() is the
+// gate, so waiting for !ready() returns (before: it never did).
+TEST(KitGate, ReadyIsTheGateAndClosesWhenARevokeLeavesAPartitionUnowned) {
+  kit k;
+  host_owned(k);
+  ASSERT_TRUE(served(k.pull("alice", 10))) << k.explain();
+  ASSERT_TRUE(k.revoke({1})) << k.explain();
+  ASSERT_TRUE(k.run_until([&] { return !k.ready(); }, 5s)) << k.explain();
+  EXPECT_FALSE(k.statuses().back().ready);
+  EXPECT_EQ(k.state(), "ready"); // the node's state: it still runs 0 and 2
+  auto st = k.status();
+  ASSERT_TRUE(st);
+  EXPECT_FALSE(st->ready);
+  auto refused = k.pull("alice", 10);
+  ASSERT_TRUE(not_ready(refused));
+  EXPECT_NE(qsp::describe(refused.error()).find("its namespace is not"), std::string::npos)
+    << qsp::describe(refused.error());
+  // The journal says that the gate closed, and why.
+  auto events = k.events(40);
+  auto closed = std::find_if(events.begin(), events.end(), [](const std::string& e) {
+    return e.find("gate closed: namespace not ready: 1: ") != std::string::npos;
+  });
+  EXPECT_NE(closed, events.end()) << k.explain();
+  // Assigned again: the gate opens, and pull serves.
+  ASSERT_TRUE(k.assign({1})) << k.explain();
+  ASSERT_TRUE(k.run_until_ready()) << k.explain();
+  EXPECT_TRUE(served(k.pull("alice", 10)));
+}
+
+// Item 2: run_until_state("ready") is the node's state; run_until_ready()
+// waits for the gate.  A node owning only some partitions is ready while
+// its namespace's gate stays closed, and a pull says not ready.
+TEST(KitGate, RunUntilReadyWaitsForTheGateNotForTheState) {
+  kit k;
+  k.settings().ownership = qsp::ownership_mode::host;
+  k.settings().node_id = "node-a";
+  fill(k, 5);
+  k.start();
+  ASSERT_TRUE(k.assign({0, 1})) << k.explain();
+  ASSERT_TRUE(k.run_until_state("ready")) << k.explain();
+  EXPECT_FALSE(k.ready());
+  EXPECT_TRUE(not_ready(k.pull("alice", 10)));
+  // Not reached within the limit: that call's false, not a failure.
+  EXPECT_FALSE(k.run_until_ready(2s));
+  EXPECT_FALSE(k.failed());
+  EXPECT_NE(k.explain().find("the gate open"), std::string::npos) << k.explain();
+  EXPECT_TRUE(not_ready(k.pull("alice", 10)));
+  ASSERT_TRUE(k.assign({2})) << k.explain();
+  ASSERT_TRUE(k.run_until_ready()) << k.explain();
+  EXPECT_TRUE(served(k.pull("alice", 10)));
+  EXPECT_EQ(k.state(), "ready");
+}
+
+// Item 3: when a wait returns, a subscribed host actor has every push the
+// kit has seen: asked at once, it answers from the same state.
+TEST(KitGate, AHostListenerHasEveryPushWhenAWaitReturns) {
+  kit k;
+  k.settings().ownership = qsp::ownership_mode::host;
+  k.settings().node_id = "node-a";
+  fill(k, 50);
+  auto log = std::make_shared<test_front::record>();
+  caf::actor front;
+  k.on_start([&](kit& kk) { front = test_front::spawn(kk, log); });
+  k.start();
+  ASSERT_TRUE(k.assign({0, 1, 2})) << k.explain();
+  auto same_view = [&] {
+    // The front's latest push is the kit's latest: its gate agrees.
+    auto got = k.request<qsp::session_list>(front, qsp::atom::pull_v, std::string{"alice"},
+                                            uint32_t{10});
+    return static_cast<bool>(got) == k.ready();
+  };
+  ASSERT_TRUE(k.run_until_ready()) << k.explain();
+  size_t kit_pushes = k.statuses().size();
+  EXPECT_GE(log->pushes, 3u);
+  EXPECT_LE(log->pushes, kit_pushes);
+  EXPECT_TRUE(same_view()) << k.explain();
+  ASSERT_TRUE(k.revoke({1})) << k.explain();
+  ASSERT_TRUE(k.run_until_not_ready()) << k.explain();
+  EXPECT_TRUE(same_view()) << k.explain();
+  ASSERT_TRUE(k.assign({1})) << k.explain();
+  ASSERT_TRUE(k.run_until_ready()) << k.explain();
+  EXPECT_TRUE(same_view()) << k.explain();
+  // And the front took exactly the pushes sent to it: none is waiting.
+  auto before = log->pushes;
+  k.run();
+  EXPECT_EQ(log->pushes, before);
+}
+
+// Item 4: a revoke's answer does not close the gate.  It closes at this
+// node's next cluster heartbeat, at most heartbeat_interval later (250 ms
+// by default); until then a pull still serves.  run_until_not_ready()
+// waits for it.
+TEST(KitGate, ARevokeClosesTheGateAtTheNextHeartbeatNotAtOnce) {
+  kit k;
+  host_owned(k);
+  auto every = k.settings().heartbeat_interval;
+  ASSERT_TRUE(k.revoke({1})) << k.explain();
+  auto revoked = k.elapsed();
+  EXPECT_TRUE(k.ready());
+  EXPECT_TRUE(served(k.pull("alice", 10))) << "the gate closed at once: say so in TESTING.md";
+  ASSERT_TRUE(k.run_until_not_ready(every + 50ms)) << k.explain();
+  auto took = k.elapsed() - revoked;
+  EXPECT_GT(took, 0ms);
+  EXPECT_LE(took, every + k.settings().idle_poll) << "closed after "
+                                                  << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+                                                  << " ms";
+  EXPECT_TRUE(not_ready(k.pull("alice", 10)));
+}
+
+// -- the host's actors -------------------------------------------------------------
+
+// Item 6: one call asks a host actor and runs the kit until it answers.
+TEST(KitHost, RequestAsksAHostActorInOneLine) {
+  kit k;
+  fill(k, 3);
+  auto log = std::make_shared<test_front::record>();
+  caf::actor front;
+  k.on_start([&](kit& kk) { front = test_front::spawn(kk, log); });
+  k.start();
+  // The front answers not_ready itself until the gate opens.
+  auto early = k.request<qsp::session_list>(front, qsp::atom::pull_v, std::string{"alice"},
+                                            uint32_t{10});
+  EXPECT_TRUE(not_ready(early));
+  ASSERT_TRUE(k.run_until_ready()) << k.explain();
+  auto got = k.request<qsp::session_list>(front, qsp::atom::pull_v, std::string{"alice"},
+                                          uint32_t{1});
+  ASSERT_TRUE(got) << qsp::describe(got.error());
+  ASSERT_EQ(got->size(), 1u);
+  EXPECT_EQ((*got)[0].conversation_id, "conv-2-2");
+  // An actor that never answers: the request times out on the kit's clock.
+  auto silent = k.system().spawn([](caf::event_based_actor* self, int) -> caf::behavior {
+    return {[self](qsp::atom::pull, const std::string&, uint32_t) {
+      return self->make_response_promise<qsp::session_list>();
+    }};
+  }, 0);
+  auto t0 = k.elapsed();
+  auto none = k.request_within<qsp::session_list>(1s, silent, qsp::atom::pull_v,
+                                                  std::string{"alice"}, uint32_t{1});
+  ASSERT_FALSE(none);
+  EXPECT_EQ(none.error(), caf::sec::request_timeout) << qsp::describe(none.error());
+  EXPECT_GE(k.elapsed() - t0, 1s);
+  EXPECT_FALSE(k.failed());
+  caf::anon_send_exit(silent, caf::exit_reason::user_shutdown);
+}
+
+// Item 7: restart() spawns a new projection with a new handle; on_start
+// hooks run with it, so the host binds its front again.  The old front saw
+// its projection end.
+TEST(KitHost, OnStartRebindsTheHostAfterARestart) {
+  kit k;
+  fill(k, 3);
+  std::vector<qsp::projection_actor> handles;
+  std::vector<std::shared_ptr<test_front::record>> logs;
+  caf::actor front;
+  k.on_start([&](kit& kk) {
+    handles.push_back(kk.projection());
+    logs.push_back(std::make_shared<test_front::record>());
+    front = test_front::spawn(kk, logs.back());
+  });
+  k.start();
+  ASSERT_TRUE(k.run_until_ready()) << k.explain();
+  EXPECT_EQ(k.starts(), 1u);
+  ASSERT_TRUE(k.restart()) << k.explain();
+  EXPECT_EQ(k.starts(), 2u);
+  ASSERT_EQ(handles.size(), 2u);
+  EXPECT_NE(handles[0], handles[1]);
+  EXPECT_EQ(handles[1], k.projection());
+  EXPECT_TRUE(logs[0]->down) << "the old front did not see its projection end";
+  ASSERT_TRUE(k.run_until_ready()) << k.explain();
+  auto got = k.request<qsp::session_list>(front, qsp::atom::pull_v, std::string{"alice"},
+                                          uint32_t{10});
+  EXPECT_TRUE(got) << qsp::describe(got.error());
+  auto events = k.events(200);
+  EXPECT_NE(std::find_if(events.begin(), events.end(),
+                         [](const std::string& e) {
+                           return e.find("projection #2 (a new handle)") != std::string::npos;
+                         }),
+            events.end());
+}
+
+// Item 8: a refusal pushed again (a push may repeat the previous one):
+// the front alerts once per refusal, while a listener that counts pushes
+// would alert on each.
+TEST(KitHost, ARepeatedRefusalIsAlertedOnce) {
+  kit k;
+  fill(k, 3);
+  auto log = std::make_shared<test_front::record>();
+  k.on_start([&](kit& kk) { test_front::spawn(kk, log); });
+  k.start();
+  ASSERT_TRUE(k.run_until_ready()) << k.explain();
+  k.recreate_topic();
+  k.produce(0, "new-topic", 9999, {"gina"});
+  ASSERT_TRUE(k.run_until_state("refused")) << k.explain();
+  ASSERT_EQ(log->alerts.size(), 1u);
+  auto pushes = log->pushes;
+  auto kit_pushes = k.statuses().size();
+  k.repeat_status(3);
+  // Delivered when repeat_status returns: three more refused pushes each.
+  EXPECT_EQ(log->pushes, pushes + 3);
+  ASSERT_EQ(k.statuses().size(), kit_pushes + 3);
+  size_t refused_pushes = 0;
+  for (auto& s : k.statuses())
+    refused_pushes += s.state == "refused" ? 1 : 0;
+  EXPECT_GE(refused_pushes, 4u);
+  EXPECT_EQ(log->alerts.size(), 1u);
+  EXPECT_NE(log->alerts.front().find("topic_id"), std::string::npos) << log->alerts.front();
+}
+
+// Item 5, in the kit: a host invariant is checked with the projection's,
+// after every step, and named the same way when it breaks.
+TEST(KitHost, AHostInvariantIsCheckedAfterEveryStepAndNamed) {
+  kit k;
+  fill(k, 3);
+  size_t checks = 0;
+  k.add_invariant("zed never gets a session", [&](const kit& kk) -> std::string {
+    ++checks;
+    return kk.score("zed", "forbidden") ? "zed/forbidden is in Redis" : "";
+  });
+  k.start();
+  ASSERT_TRUE(k.run_until_ready()) << k.explain();
+  EXPECT_GT(checks, 20u);
+  EXPECT_FALSE(k.failed());
+  k.produce(1, "forbidden", 5000, {"zed"});
+  // Stops at the step that wrote the entry, before its checkpoint.
+  EXPECT_FALSE(k.run_until_offset(1, k.log_end(1)));
+  EXPECT_TRUE(k.failed());
+  EXPECT_FALSE(k.checkpoint(1) && *k.checkpoint(1) == k.log_end(1));
+  auto why = k.explain();
+  EXPECT_NE(why.find("[zed never gets a session] zed/forbidden is in Redis"), std::string::npos)
+    << why;
+  EXPECT_NE(why.find("last events"), std::string::npos) << why;
 }
 
 } // namespace

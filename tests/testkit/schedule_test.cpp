@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/mutants.hpp"
+#include "front.hpp"
 #include "qsession/projection/testkit.hpp"
 
 namespace {
@@ -116,6 +117,74 @@ TEST(Schedules, TheSameSeedReplaysTheSameRun) {
     auto c = run_schedule(seed + 100, 120, options_for(seed));
     EXPECT_NE(a.digest, c.digest) << "different seeds, same run: the seed does not steer";
   }
+}
+
+// -- the host in the schedules ------------------------------------------------------
+
+/// The host of tests/testkit/front.hpp in a schedule: its front (spawned
+/// again after every restart), a client asking it now and then, and its
+/// invariant.
+schedule_options with_front(uint64_t seed, bool buggy, std::shared_ptr<size_t> asked = nullptr) {
+  auto o = options_for(seed);
+  auto log = std::make_shared<test_front::record>();
+  auto front = std::make_shared<caf::actor>();
+  o.host.start = [log, front, buggy](qsp::testkit::kit& k) {
+    *front = test_front::spawn(k, log, buggy);
+  };
+  o.host.step = [front, asked](qsp::testkit::kit& k, uint64_t draw) {
+    if (asked)
+      ++*asked;
+    (void) k.request<qsp::session_list>(*front, qsp::atom::pull_v,
+                                        "u" + std::to_string(draw % 8), uint32_t{10});
+  };
+  o.host.invariants.emplace_back(test_front::invariant_name,
+                                 test_front::never_serves_closed(log));
+  return o;
+}
+
+TEST(HostSchedules, ACorrectFrontKeepsItsInvariantUnderEverySchedule) {
+  auto seeds = env_or("QSP_HOST_SCHEDULE_SEEDS", 200);
+  size_t host_steps = 0;
+  for (uint64_t seed = 1; seed <= seeds; ++seed) {
+    auto asked = std::make_shared<size_t>(0);
+    auto r = run_schedule(seed, env_or("QSP_SCHEDULE_STEPS", 200), with_front(seed, false, asked));
+    EXPECT_TRUE(r.ok) << r.failure;
+    EXPECT_EQ(r.host_steps, *asked);
+    host_steps += r.host_steps;
+  }
+  EXPECT_GT(host_steps, seeds); // the front was asked, on average more than once a schedule
+  std::printf("[host schedules] %zu seeds, %zu host steps\n", static_cast<size_t>(seeds),
+              host_steps);
+}
+
+// The planted host bug: a front that serves its cached list whenever the
+// projection does not.  Some seed must fail, naming the host's invariant
+// as the projection's are named.
+TEST(HostSchedules, APlantedHostBugFailsSomeSeedNamingTheInvariant) {
+  auto seeds = env_or("QSP_MUTANT_SEEDS", 200);
+  const schedule_result* caught = nullptr;
+  std::vector<schedule_result> results;
+  results.reserve(seeds);
+  for (uint64_t seed = 1; seed <= seeds && caught == nullptr; ++seed) {
+    results.push_back(run_schedule(seed, env_or("QSP_SCHEDULE_STEPS", 200), with_front(seed, true)));
+    if (!results.back().ok)
+      caught = &results.back();
+  }
+  ASSERT_NE(caught, nullptr) << "the buggy front survived " << seeds << " seeds";
+  auto& f = caught->failure;
+  auto name = "[" + std::string{test_front::invariant_name} + "] request #";
+  auto at = f.find(name);
+  ASSERT_NE(at, std::string::npos) << f;
+  EXPECT_NE(f.find("after "), std::string::npos) << f;
+  EXPECT_NE(f.find("replay"), std::string::npos) << f;
+  EXPECT_NE(f.find("last events"), std::string::npos) << f;
+  std::printf("[host mutant] serve-while-closed caught by seed %llu: %s\n",
+              static_cast<unsigned long long>(caught->seed),
+              f.substr(at, f.find('\n', at) - at).c_str());
+  // The same seed with the correct front holds.
+  auto fixed = run_schedule(caught->seed, env_or("QSP_SCHEDULE_STEPS", 200),
+                            with_front(caught->seed, false));
+  EXPECT_TRUE(fixed.ok) << fixed.failure;
 }
 
 // -- mutants ---------------------------------------------------------------------

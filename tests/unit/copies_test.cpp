@@ -1,5 +1,5 @@
 // core::judge_copies and core::check_cluster_prerequisites (Redis Cluster
-// mode, DESIGN.md §15): the start from the checkpoints and every primary's
+// mode, docs/DESIGN.md §15): the start from the checkpoints and every primary's
 // copy, and the cases that fail closed.
 #include <gtest/gtest.h>
 

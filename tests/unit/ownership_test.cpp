@@ -1,4 +1,4 @@
-// DESIGN.md §12: the re-claim rule, the owner check of guarded writes and
+// docs/DESIGN.md §12: the re-claim rule, the owner check of guarded writes and
 // heartbeats, and this node's ownership book, transition by transition.
 #include "core/cluster.hpp"
 #include "core/ownership.hpp"

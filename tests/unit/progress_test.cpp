@@ -235,7 +235,7 @@ TEST(ProgressDisplay, BarRedrawsAtMostOncePerInterval) {
   EXPECT_EQ(text.back(), '\n');
 }
 
-// Partitions added to a running projection (DESIGN §12, handover): the
+// Partitions added to a running projection (docs/DESIGN.md §12, handover): the
 // catch-up that follows counts the added partitions only, not the ones the
 // projection kept (a trial saw "100% 501 offsets" for an added partition
 // that started at its H0).

@@ -80,7 +80,7 @@ struct redis_settings {
   std::chrono::milliseconds wait_timeout{100};
 };
 
-/// Who owns (projects) which partitions of the topic (DESIGN.md §12).
+/// Who owns (projects) which partitions of the topic (docs/DESIGN.md §12).
 enum class ownership_mode {
   all,          ///< this projection owns every partition (the default)
   static_set,   ///< projection.ownership = "static": the partitions listed
@@ -109,7 +109,7 @@ struct projection_settings {
   /// (done/H0 per partition, %, rate, ETA) per interval.
   caf::timespan progress_interval = std::chrono::seconds(5);
   /// projection.identity-check-interval: the run-time identity fence
-  /// (DESIGN.md §4) re-checks the broker identity at least this often.
+  /// (docs/DESIGN.md §4) re-checks the broker identity at least this often.
   caf::timespan identity_check_interval = std::chrono::seconds(1);
   /// projection.identity-check-min-gap: while checkpoints wait for the fence,
   /// checks run back to back but at most one per this gap.  <= the interval.
@@ -130,7 +130,7 @@ struct projection_settings {
   /// fix"); readiness opens at H0 as always.
   bool replay_from_log_start = false;
 
-  /// projection.ownership (DESIGN.md §12, docs/CLUSTER.md).
+  /// projection.ownership (docs/DESIGN.md §12, docs/CLUSTER.md).
   ownership_mode ownership = ownership_mode::all;
   /// projection.partitions: the partitions owned with ownership = static
   /// (config text "0-5,9"); sorted, distinct, each in [0, partition-count).

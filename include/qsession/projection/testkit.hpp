@@ -8,7 +8,9 @@
 //   qsp::testkit::kit k;                      // 3 partitions, Redis standalone
 //   k.produce(0, "conv-1", 1000, {"alice", "bob"});
 //   k.start();
-//   ASSERT_TRUE(k.run_until_ready()) << k.explain();
+//   ASSERT_TRUE(k.run_until_ready()) << k.explain();   // the gate is open
+//   auto front = spawn_my_front(k.system(), k.projection());
+//   auto list = k.request<qsp::session_list>(front, my_pull_atom_v, "alice");
 //   k.redis_freeze();
 //   ASSERT_TRUE(k.run_until_state("dirty")) << k.explain();
 //   k.redis_release();
@@ -20,17 +22,22 @@
 // librdkafka nor hiredis is involved.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "caf/actor_system.hpp"
 #include "caf/actor_system_config.hpp"
+#include "caf/error.hpp"
+#include "caf/event_based_actor.hpp"
 #include "caf/expected.hpp"
+#include "caf/sec.hpp"
 #include "caf/timespan.hpp"
 
 #include "qsession/projection/projection.hpp"
@@ -60,8 +67,35 @@ struct kit_options {
   bool log = false;
 };
 
+class kit;
+
+/// A host invariant: "" while it holds, else what broke.  It runs between
+/// two jobs (after every step, as the projection's invariants do), so it
+/// may read the kit (ready(), statuses(), score()...) and the host's own
+/// records, but must not drive it (no run, advance, request, pull...).
+using invariant_check = std::function<std::string(const kit&)>;
+
+namespace detail {
+
+/// Asks `whom` once and keeps the answer or the error (kit::request).
+/// (CAF 0.17: a function actor gets its state as spawn arguments.)
+template <class T, class Handle, class... Ts>
+void asker(caf::event_based_actor* self, std::shared_ptr<std::optional<caf::expected<T>>> out,
+           Handle whom, caf::timespan limit, Ts... xs) {
+  self->request(whom, limit, xs...)
+    .then([out](T& x) { *out = std::move(x); }, [out](caf::error& e) { *out = std::move(e); });
+}
+
+} // namespace detail
+
 /// One simulated world and one projection over it, on a manual clock.
 /// Not thread-safe: one test drives it from one thread.
+///
+/// Readiness: ready() is the PULL_SESSION_LIST gate, what a pull answers
+/// (the `ready` of the projection's latest push; in the clustered ownership
+/// modes the namespace's), not the node's state; state() is the state.
+/// When a call that runs the kit returns, every status push the projection
+/// sent so far has reached every subscriber (the host's actors too).
 class kit {
 public:
   explicit kit(kit_options opts = {});
@@ -78,18 +112,32 @@ public:
   /// change them before start().  Defaults suit the simulation: 5 ms idle
   /// poll, 100 ms first backoff.
   projection_settings& settings();
-  /// Spawns the projection (verifying, catching up, ready).
+  /// Spawns the projection (verifying, catching up, ready), then runs the
+  /// on_start() hooks with its handle.
   void start();
+  /// `hook` runs every time the kit spawns a projection: at start() and at
+  /// every restart(), whose projection is a new actor with a new handle
+  /// (the old one is gone).  A host binds (or re-spawns) its actors there,
+  /// as a host process restarting with the node would.  Add hooks before
+  /// start().
+  void on_start(std::function<void(kit&)> hook);
   /// Shuts it down and runs until it stopped; false (with explain()) if
   /// it did not stop cleanly within projection.shutdown-timeout.
   bool stop();
   /// A restart of the node: stop, then start (pipelined writes whose
   /// replies were not read are lost with their connection); false as stop().
   bool restart();
-  /// The projection's handle (valid after start()).
+  /// The projection's handle (valid after start(); a new one after every
+  /// restart(): see on_start()).
   projection_actor projection() const;
+  /// How many projections the kit spawned (start() and every restart()).
+  size_t starts() const;
   /// projection.ownership = host: take partitions on or give them up;
-  /// false (with explain()) if the projection answered an error.
+  /// false (with explain()) if the projection answered an error.  Both
+  /// return once the projection answered; the gate follows later: a revoke
+  /// that leaves a partition without an owner closes it at this node's next
+  /// cluster heartbeat (up to settings().heartbeat_interval later), and
+  /// until then pull serves.  run_until_not_ready() waits for that.
   bool assign(const std::vector<int32_t>& partitions);
   bool revoke(const std::vector<int32_t>& partitions);
   /// The same without waiting: the projection answers when it can (an
@@ -107,8 +155,13 @@ public:
   /// Runs (moving the clock as needed) until the projection reports `state`
   /// (starting|verifying|catching-up|ready|dirty|refused|stopped), at most
   /// `limit` of simulated time.  False: not reached, or an invariant broke.
+  /// The node's state, not the gate: with clustered ownership a node is in
+  /// state ready before its namespace's gate opens.
   bool run_until_state(const std::string& state, caf::timespan limit = std::chrono::seconds{60});
+  /// Until the gate is open (ready()): a pull then serves.
   bool run_until_ready(caf::timespan limit = std::chrono::seconds{60});
+  /// Until the gate is closed (!ready()): a pull then answers not_ready.
+  bool run_until_not_ready(caf::timespan limit = std::chrono::seconds{60});
   /// Until partition `p`'s stored checkpoint is at least `next_offset`.
   bool run_until_offset(int32_t p, int64_t next_offset,
                         caf::timespan limit = std::chrono::seconds{60});
@@ -122,8 +175,12 @@ public:
 
   // -- what the projection says ------------------------------------------------------
 
-  /// The latest state it pushed ("" before the first push).
+  /// The latest state it pushed ("" before the first push): the node's.
   std::string state() const;
+  /// The PULL_SESSION_LIST gate: true while a pull serves (the `ready` of
+  /// its latest push; with clustered ownership the namespace's readiness
+  /// and this node's state ready).  Kept current after every job, so
+  /// run_until([&] { return !k.ready(); }) stops as soon as the gate closes.
   bool ready() const;
   /// Asks it for its status (per-partition progress included).
   caf::expected<projection_status> status();
@@ -133,6 +190,36 @@ public:
   caf::expected<session_list> pull(const std::string& user, uint32_t limit = 100);
   /// Every status it pushed, in order.
   const std::vector<projection_status>& statuses() const;
+  /// The projection pushes its current status again, `times` times, to every
+  /// subscriber, as it may at any time (a push may repeat the previous
+  /// one): a host that alerts once per refusal, not once per push, passes;
+  /// one that counts pushes does not.  Returns once they were delivered.
+  void repeat_status(int times = 1);
+
+  // -- the host's actors -----------------------------------------------------------------
+
+  /// Asks a host actor (or any actor of system()) and runs the kit, moving
+  /// the clock as needed, until it answers or `limit` of simulated time
+  /// passed (then caf::sec::request_timeout).  T is the answer's type:
+  ///   auto list = k.request<qsp::session_list>(front, host::atom::pull_v, user, 10u);
+  template <class T, class Handle, class... Ts>
+  caf::expected<T> request(const Handle& whom, Ts... xs) {
+    return request_within<T>(std::chrono::seconds{10}, whom, std::move(xs)...);
+  }
+  template <class T, class Handle, class... Ts>
+  caf::expected<T> request_within(caf::timespan limit, const Handle& whom, Ts... xs) {
+    auto out = std::make_shared<std::optional<caf::expected<T>>>();
+    system().spawn(detail::asker<T, Handle, Ts...>, out, whom, limit, std::move(xs)...);
+    // The request's own timeout answers at `limit` at the latest.
+    if (!run_until([out] { return out->has_value(); }, limit + std::chrono::milliseconds{100}))
+      if (!out->has_value())
+        return caf::make_error(caf::sec::request_timeout, "testkit: no answer; " + explain());
+    return std::move(**out);
+  }
+  /// A host invariant, checked with the projection's after every step and
+  /// named as theirs are: explain() says "[name] what broke", failed()
+  /// turns true, every run_until... stops.
+  void add_invariant(const std::string& name, invariant_check check);
 
   // -- the dispatch log (Kafka) --------------------------------------------------------
 
@@ -276,6 +363,21 @@ private:
 
 // -- randomized schedules ---------------------------------------------------------------
 
+/// The host under test in a schedule: its actors and its invariants.
+struct schedule_host {
+  /// Runs every time the schedule's kit spawns a projection (the first
+  /// start and every restart; kit::on_start): spawn the host's actors in
+  /// k.system() in front of k.projection().
+  std::function<void(kit&)> start;
+  /// A step of the host's own (say, a client asking its front with
+  /// k.request), played at random among the schedule's steps; `draw` is a
+  /// random number from the seed.
+  std::function<void(kit&, uint64_t draw)> step;
+  /// Checked after every step with the projection's invariants; a failure
+  /// names it ("[name] what broke") as it names theirs.
+  std::vector<std::pair<std::string, invariant_check>> invariants;
+};
+
 struct schedule_options {
   int32_t partitions = 3;
   /// > 0: Redis Cluster mode with this many shards.
@@ -284,6 +386,8 @@ struct schedule_options {
   bool ownership_changes = true;
   /// Print each step to stderr.
   bool verbose = false;
+  /// The host's actors and invariants (none by default).
+  schedule_host host;
 };
 
 struct schedule_result {
@@ -299,15 +403,19 @@ struct schedule_result {
   /// Redis Cluster: shard failovers (lossy or graceful), slot moves with a
   /// primary joining or leaving, retention up to a checkpoint.
   size_t cluster_failovers = 0, cluster_reshards = 0, retentions = 0;
+  /// Steps of the host's own (schedule_host::step).
+  size_t host_steps = 0;
   size_t records = 0;
   /// The run's event digest (kit::digest()): the same seed, the same digest.
   uint64_t digest = 0;
 };
 
 /// Interleaves produce, Redis and broker faults, restarts and
-/// assign/revoke at random (from `seed`), checks the invariants after every
-/// step, and ends by healing every fault and requiring ready with Redis
-/// equal to the model.  The same seed replays the same run.
+/// assign/revoke at random (from `seed`), with the host's own steps if
+/// opts.host has any, checks the invariants (the projection's and the
+/// host's) after every step, and ends by healing every fault and requiring
+/// the gate open with Redis equal to the model.  The same seed replays the
+/// same run.
 schedule_result run_schedule(uint64_t seed, size_t steps, const schedule_options& opts = {});
 
 } // namespace qsp::testkit

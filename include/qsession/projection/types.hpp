@@ -44,7 +44,7 @@ enum class ec : uint8_t {
   kafka_read,         ///< consumer read error
   not_ready,          ///< PULL_SESSION_LIST while not ready
   shutting_down,      ///< the projection is stopping (or did not stop in time)
-  fenced,             ///< another owner claimed the partition (a newer epoch, DESIGN §12)
+  fenced,             ///< another owner claimed the partition (a newer epoch, docs/DESIGN.md §12)
 };
 
 std::string to_string(ec x);
@@ -90,7 +90,7 @@ struct partition_status {
 /// A snapshot of one projection, pushed to subscribers on every change of
 /// state and answered to `status`.  `topic` and `ns` name the projection, so
 /// a host running several can tell their pushes apart.
-/// One partition in the namespace-wide view (DESIGN.md §12): its owner
+/// One partition in the namespace-wide view (docs/DESIGN.md §12): its owner
 /// record and the owner's published status.
 struct cluster_partition {
   int32_t partition = 0;
