@@ -34,6 +34,7 @@
 //
 // Label `rcluster`; skips unless a Redis Cluster set is found (fails
 // instead with QSP_REQUIRE_RCLUSTER).
+#include <array>
 #include <random>
 
 #include "tests/rcluster_scale/rc_kit.hpp"
@@ -362,27 +363,71 @@ void nemesis::scenario(uint64_t seed, long seconds) {
            + f.node[1]->status() + "; /readyz " + test::http_get(f.port[0], "/readyz").body);
       return false;
     }
-    before = checkpoints(topic, partitions);
-    bool moved = test::eventually(
-      [&] {
-        auto c = checkpoints(topic, partitions);
-        if (c.size() != before.size() || before.empty())
-          return false;
-        for (size_t p = 0; p < c.size(); ++p)
-          if (c[p] <= before[p])
+    // Two rounds of every partition's checkpoint (copies written with
+    // them), the nodes still up and ready after them.
+    int resets = 0;
+    for (int round = 0; round < 2 && clock_type::now() < deadline; ++round) {
+      before = checkpoints(topic, partitions);
+      bool moved = test::eventually(
+        [&] {
+          if (f.node[0]->exited() || f.node[1]->exited())
+            return true;
+          auto c = checkpoints(topic, partitions);
+          if (c.size() != before.size() || before.empty())
             return false;
-        return true;
-      },
-      std::chrono::duration_cast<std::chrono::milliseconds>(
-        std::max(deadline - clock_type::now(), clock_type::duration{10s})));
-    if (!moved) {
-      fail("after " + after + ": the checkpoints did not move within the heal's time");
-      return false;
+          for (size_t p = 0; p < c.size(); ++p)
+            if (c[p] <= before[p])
+              return false;
+          return true;
+        },
+        std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::max(deadline - clock_type::now(), clock_type::duration{10s})));
+      if (handle_exits()) {
+        if (++resets > 5) {
+          fail("after " + after + ": the nodes kept exiting");
+          return false;
+        }
+        round = -1;  // a node exited: ready again first
+        if (!test::eventually([&] { return handle_exits(), f.node[0]->ready() && f.node[1]->ready(); },
+                              std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::max(deadline - clock_type::now(), clock_type::duration{10s})))) {
+          fail("after " + after + ": not ready again after a node's exit: " + f.node[0]->status()
+               + "; " + f.node[1]->status());
+          return false;
+        }
+        continue;
+      }
+      if (!moved) {
+        fail("after " + after + ": the checkpoints did not move within the heal's time ("
+             + f.node[0]->status() + "; " + f.node[1]->status() + ")");
+        return false;
+      }
     }
     std::cout << "  healed in " << ms_since(t) << " ms\n";
     return true;
   };
 
+  // Every node says so after a failover: it leaves ready or logs a new
+  // `dirty:` warning (it restarts from the copies), within 30 s.
+  auto dirty_count = [&](int k) { return dirty_lines(f.node[k]->text()).size(); };
+  auto noticed = [&](int64_t since_ms, const std::array<size_t, 2>& dirty_before,
+                     const std::string& what) {
+    bool ok = test::eventually(
+      [&] {
+        for (int k = 0; k < 2; ++k)
+          if (!f.node[k]->exited() && f.not_ready_at[k] < since_ms
+              && dirty_count(k) <= dirty_before[static_cast<size_t>(k)])
+            return false;
+        return true;
+      },
+      30s);
+    if (!ok)
+      for (int k = 0; k < 2; ++k)
+        if (!f.node[k]->exited() && f.not_ready_at[k] < since_ms
+            && dirty_count(k) <= dirty_before[static_cast<size_t>(k)])
+          fail("node " + f.node[k]->name + " neither left ready nor went dirty within 30 s of "
+               + what);
+  };
   // Every node left ready at some point since `since_ms` (or exited).
   auto left_ready_since = [&](int64_t since_ms, const std::string& what) {
     for (int k = 0; k < 2; ++k)
@@ -431,7 +476,6 @@ void nemesis::scenario(uint64_t seed, long seconds) {
       std::lock_guard<std::mutex> lock{cp_mtx};
       current_fault = kind + " #" + std::to_string(step);
     }
-    ++fault_count[kind];
     auto t = clock_type::now();
     std::cout << "--- step " << step << " at " << ms_since(t0) / 1000 << " s: " << kind << "\n";
     if (kind == "cut-takeover" || kind == "kill9") {
@@ -449,7 +493,10 @@ void nemesis::scenario(uint64_t seed, long seconds) {
                                return !c.empty() && !c0.empty() && c[0] > c0[0] && c[2] > c0[2]; },
                          10s);
         run_svc("rc-kill " + std::to_string(p));
+        auto since = f.now_ms();
+        std::array<size_t, 2> dirty0{dirty_count(0), dirty_count(1)};
         run_svc("rc-takeover " + std::to_string(r));
+        noticed(since, dirty0, "the takeover by node " + std::to_string(r));
         run_svc("rc-start " + std::to_string(p));
         std::cout << "  node " << r << " took over from " << p << " without its last writes\n";
       } else {
@@ -478,8 +525,12 @@ void nemesis::scenario(uint64_t seed, long seconds) {
         std::cout << "  pair " << k << " failed over less than 10 s ago: skipped\n";
         continue;
       }
-      if (r > 0)
-        run_svc("rc-failover " + std::to_string(r));
+      if (r < 0)
+        continue;
+      auto since = f.now_ms();
+      std::array<size_t, 2> dirty0{dirty_count(0), dirty_count(1)};
+      run_svc("rc-failover " + std::to_string(r));
+      noticed(since, dirty0, "the failover to node " + std::to_string(r));
       last_failover[k] = clock_type::now();
     } else if (kind == "move-slots") {
       auto ps = primaries_now();
@@ -542,6 +593,7 @@ void nemesis::scenario(uint64_t seed, long seconds) {
       }
       f.start(k);
     }
+    ++fault_count[kind];
     std::cout << "  " << kind << " done in " << ms_since(t) << " ms\n";
     if (!producer.error().empty())
       fail("the producer: " + producer.error());
