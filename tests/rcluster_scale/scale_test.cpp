@@ -271,8 +271,10 @@ TEST_F(scale, CleanTakeoverThenOnePartitionsRecordsThenEveryNodeRestarts) {
   ASSERT_NE(new_key, old_key);
   ASSERT_TRUE(test::eventually([&] { return node_cmd(r, {"EXISTS", new_key}) == "1"; }, 30s))
     << new_key << " was never written";
-  std::cout << "copy under the new name " << new_key << ": "
-            << node_cmd(r, {"HKEYS", new_key}) << "\n";
+  std::cout << "copy under the new name " << new_key << ":";
+  for (int q = 0; q < partitions; ++q)
+    std::cout << " p:" << q << "=" << node_cmd(r, {"HGET", new_key, "p:" + std::to_string(q)});
+  std::cout << "\n";
   for (auto& l : dirty_lines(a->text()))
     std::cout << "  a: " << l << "\n";
 
