@@ -11,7 +11,8 @@
 //   move-slots     50 slots between two primaries; the namespace's slot; a
 //                  copy key's slot (a primary's lowest)
 //   scale          a primary added (rc-add-primary) and given slots, or the
-//                  added one removed (rc-remove-primary)
+//                  added one removed (rc-remove-primary); half the time with
+//                  the projection stopped (both nodes) during it
 //   clusterdown    two primaries SIGSTOPped for 10 s (CLUSTERDOWN)
 //   node-restart   a projection node stopped (SIGTERM, exit 0) and started
 // Lossy faults only hit a shard that does not serve the namespace's slot
@@ -554,10 +555,25 @@ void nemesis::scenario(uint64_t seed, long seconds) {
         run_svc("rc-move-slot " + std::to_string(s.front().first) + " " + std::to_string(to));
       }
     } else if (kind == "scale") {
+      // Half the time with the projection stopped (both nodes), started again after.
+      const bool stopped = pick(2) == 0;
+      if (stopped) {
+        std::cout << "  with the projection stopped\n";
+        for (int k = 0; k < 2; ++k)
+          if (!f.node[k]->exited())
+            if (int rc = f.node[k]->stop(); rc != 0)
+              fail("node " + f.node[k]->name + " stopped with " + std::to_string(rc)
+                   + refusals(f.node[k]->text()));
+      }
       if (added < 0) {
         auto r = run_svc("rc-add-primary");
-        if (r.rc != 0)
+        if (r.rc != 0) {
+          if (stopped) {
+            f.start(0);
+            f.start(1);
+          }
           continue;
+        }
         added = std::stoi(r.last());
         for (int i = 0, k0 = pick(3); i < 2; ++i)
           if (int src = primary_in(1 + (k0 + i) % 3); src > 0)
@@ -565,6 +581,10 @@ void nemesis::scenario(uint64_t seed, long seconds) {
       } else {
         run_svc("rc-remove-primary " + std::to_string(added));
         added = -1;
+      }
+      if (stopped) {
+        f.start(0);
+        f.start(1);
       }
     } else if (kind == "clusterdown") {
       int a = primary_in(1 + pick(3));
@@ -647,7 +667,10 @@ void nemesis::scenario(uint64_t seed, long seconds) {
   if (audit.rc != 0 || (audit.out + audit.err).find("verdict: consistent") == std::string::npos)
     fail("audit: exit " + std::to_string(audit.rc) + "\n" + audit.out + audit.err);
 
-  std::cout << "seed " << seed << ": " << step << " faults (";
+  int done = 0;
+  for (auto& [k, n] : fault_count)
+    done += n;
+  std::cout << "seed " << seed << ": " << step << " steps, " << done << " faults (";
   for (auto& [k, n] : fault_count)
     std::cout << k << " " << n << ", ";
   std::cout << "), " << producer.committed() << " transactions committed, " << producer.aborted()
