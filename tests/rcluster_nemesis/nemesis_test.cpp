@@ -36,6 +36,7 @@
 // Label `rcluster`; skips unless a Redis Cluster set is found (fails
 // instead with QSP_REQUIRE_RCLUSTER).
 #include <array>
+#include <set>
 #include <random>
 
 #include "tests/rcluster_scale/rc_kit.hpp"
@@ -301,11 +302,15 @@ void nemesis::scenario(uint64_t seed, long seconds) {
   // (stop every node, delete the namespace and the copies, start them);
   // anything else is a failure (the node is started again so the run goes
   // on).  True if something was done.
+  // An exit that is not a documented refusal restarts the node at most
+  // twice per step (`restarts_left`), then the node is left down (`given_up`).
+  int restarts_left = 2;
+  std::set<const run_node*> given_up;
   auto handle_exits = [&]() -> bool {
     bool refused_documented = false, any = false;
     for (int k = 0; k < 2; ++k) {
       auto rc = f.node[k]->exited();
-      if (!rc)
+      if (!rc || given_up.count(f.node[k].get()) > 0)
         continue;
       any = true;
       auto text = f.node[k]->text();
@@ -320,7 +325,10 @@ void nemesis::scenario(uint64_t seed, long seconds) {
       } else {
         fail("node " + f.node[k]->name + " exited with " + std::to_string(*rc) + " after fault "
              + current_fault + (why.empty() ? "" : " (" + why + ")") + refusals(text));
-        f.start(k);
+        if (restarts_left-- > 0)
+          f.start(k);
+        else
+          given_up.insert(f.node[k].get());
       }
     }
     if (refused_documented) {
@@ -353,6 +361,11 @@ void nemesis::scenario(uint64_t seed, long seconds) {
     while (clock_type::now() < deadline) {
       if (handle_exits())
         continue;
+      if (given_up.count(f.node[0].get()) + given_up.count(f.node[1].get()) > 0) {
+        fail("after " + after + ": a node keeps exiting: " + f.node[0]->status() + "; "
+             + f.node[1]->status());
+        return false;
+      }
       if (f.node[0]->ready() && f.node[1]->ready()) {
         ready = true;
         break;
@@ -389,11 +402,17 @@ void nemesis::scenario(uint64_t seed, long seconds) {
           return false;
         }
         round = -1;  // a node exited: ready again first
-        if (!test::eventually([&] { return handle_exits(), f.node[0]->ready() && f.node[1]->ready(); },
+        auto down = [&] { return given_up.count(f.node[0].get()) + given_up.count(f.node[1].get()) > 0; };
+        if (!test::eventually([&] { return handle_exits(), down() || (f.node[0]->ready() && f.node[1]->ready()); },
                               std::chrono::duration_cast<std::chrono::milliseconds>(
                                 std::max(deadline - clock_type::now(), clock_type::duration{10s})))) {
           fail("after " + after + ": not ready again after a node's exit: " + f.node[0]->status()
                + "; " + f.node[1]->status());
+          return false;
+        }
+        if (down()) {
+          fail("after " + after + ": a node keeps exiting: " + f.node[0]->status() + "; "
+               + f.node[1]->status());
           return false;
         }
         continue;
@@ -477,6 +496,7 @@ void nemesis::scenario(uint64_t seed, long seconds) {
       std::lock_guard<std::mutex> lock{cp_mtx};
       current_fault = kind + " #" + std::to_string(step);
     }
+    restarts_left = 2;
     auto t = clock_type::now();
     std::cout << "--- step " << step << " at " << ms_since(t0) / 1000 << " s: " << kind << "\n";
     if (kind == "cut-takeover" || kind == "kill9") {
@@ -627,6 +647,10 @@ void nemesis::scenario(uint64_t seed, long seconds) {
     std::lock_guard<std::mutex> lock{cp_mtx};
     current_fault = "final heal";
   }
+  restarts_left = 2;
+  for (int k = 0; k < 2; ++k)  // the final heal starts a node left down once more
+    if (given_up.count(f.node[k].get()) > 0)
+      f.start(k);
   if (added > 0)
     run_svc("rc-remove-primary " + std::to_string(added));
   if (auto w = ensure_healthy(); !w.empty())
@@ -638,12 +662,14 @@ void nemesis::scenario(uint64_t seed, long seconds) {
   bool equal = test::eventually(
     [&] {
       handle_exits();
+      if (given_up.count(f.node[0].get()) + given_up.count(f.node[1].get()) > 0)
+        return true;  // (compared below)
       return compare(m).equal();
     },
     150s);
   auto cmp = compare(m);
   std::cout << "after healing: " << cmp.text() << "\n";
-  if (!equal)
+  if (!equal || !cmp.equal())
     fail("Redis differs from the model: " + cmp.text() + "\n" + f.node[0]->status() + "; "
          + f.node[1]->status());
   for (int k = 0; k < 2; ++k) {
