@@ -163,8 +163,9 @@ bool documented_refusal(const std::string& line, std::string* why) {
   }
   int id = id_of_address(m[1]);
   if (id < 1 || id > 6) {
-    *why = "names primary " + m[1].str() + " (node " + std::to_string(id)
-           + "), one the scale-out added";
+    *why = "names primary " + m[1].str() + ", "
+           + (id > 6 ? "node " + std::to_string(id) + ", one the scale-out added"
+                     : std::string{"not one of nodes 1-6 (one the scale-out added and removed)"});
     return false;
   }
   return true;
@@ -647,14 +648,14 @@ void nemesis::scenario(uint64_t seed, long seconds) {
     std::lock_guard<std::mutex> lock{cp_mtx};
     current_fault = "final heal";
   }
-  restarts_left = 2;
-  for (int k = 0; k < 2; ++k)  // the final heal starts a node left down once more
-    if (given_up.count(f.node[k].get()) > 0)
-      f.start(k);
   if (added > 0)
     run_svc("rc-remove-primary " + std::to_string(added));
   if (auto w = ensure_healthy(); !w.empty())
     fail("ensure_healthy: " + w);
+  restarts_left = 2;
+  for (int k = 0; k < 2; ++k)  // the final heal starts a node left down once more
+    if (given_up.count(f.node[k].get()) > 0)
+      f.start(k);
   producer.stop();
   if (!producer.error().empty())
     fail("the producer: " + producer.error());
