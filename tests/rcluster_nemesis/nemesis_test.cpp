@@ -184,7 +184,7 @@ struct nemesis : ::testing::Test {
   void TearDown() override {
     if (test::redis_cluster_set(nullptr) == nullptr)
       return;
-    auto why = ensure_healthy();
+    auto why = leave_healthy();
     EXPECT_EQ(why, "") << "the nemesis left the Redis Cluster set unhealthy";
     clear_cluster();
     std::cout << "test took " << ms_since(t0) << " ms\n";
