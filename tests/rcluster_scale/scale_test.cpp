@@ -354,6 +354,68 @@ TEST_F(scale, ScaleOutWithTheProjectionStopped) {
   expect_audit_consistent();
 }
 
+// Finding 3 (a), no copy key moving: node 7 gets the 3 busiest slots of
+// each pair's primary, never a primary's lowest (which holds its copy key)
+// nor the namespace's; so the new primary holds no copy key at all.  The
+// next start must not refuse, and Redis equals the model.
+TEST_F(scale, ScaleOutOfBusySlotsWithTheProjectionStopped) {
+  constexpr int users = 2000;
+  constexpr uint64_t n = 8000, n2 = 12000;
+  ASSERT_NO_FATAL_FAILURE(produce(topic, 0, n, users, partitions));
+  auto first = catch_up("catch-up-1");
+  ASSERT_EQ(first.rc, 0) << first.log;
+  auto m = model_of(0, n, users);
+
+  auto added = svc("rc-add-primary");
+  ASSERT_EQ(added.rc, 0) << added.out;
+  const int id = std::stoi(added.last());
+  undo.push_back("rc-remove-primary " + std::to_string(id));
+  std::map<uint16_t, size_t> entries_in;
+  for (auto& [user, c] : m)
+    entries_in[redis::key_slot(convs + user)] += c.size();
+  std::vector<redis::slot_range> moved;
+  for (int k = 1; k <= 3; ++k) {
+    const int src = primary_in(k);
+    ASSERT_GT(src, 0);
+    const auto src_slots = slots_of(src);
+    ASSERT_FALSE(src_slots.empty());
+    std::vector<std::pair<size_t, uint16_t>> busiest;
+    for (auto& [slot, e] : entries_in)
+      if (redis::contains(src_slots, slot) && slot != ns_slot && slot != src_slots.front().first)
+        busiest.emplace_back(e, slot);
+    std::sort(busiest.rbegin(), busiest.rend());
+    ASSERT_GE(busiest.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+      auto slot = std::to_string(busiest[i].second);
+      ASSERT_SVC("rc-move-slot " + slot + " " + std::to_string(id));
+      undo.push_back("rc-move-slot " + slot + " " + std::to_string(src));
+      moved.push_back({busiest[i].second, busiest[i].second});
+    }
+  }
+  moved = redis::normalise_ranges(moved);
+  std::cout << "node " << id << " serves " << redis::format_ranges(slots_of(id)) << " ("
+            << users_in(m, moved) << " users)\n";
+  ASSERT_EQ(redis::slot_total(slots_of(id)), 9u);
+  // No copy key came with them: each lies in its primary's lowest slot.
+  for (int k = 1; k <= 3; ++k) {
+    auto key = copy_key_of(primary_in(k));
+    ASSERT_FALSE(redis::contains(moved, redis::key_slot(key))) << key;
+    EXPECT_EQ(node_cmd(primary_in(k), {"EXISTS", key}), "1") << key;
+  }
+  auto before = compare(m);
+  ASSERT_TRUE(before.equal()) << "the migration lost keys: " << before.text();
+
+  ASSERT_NO_FATAL_FAILURE(produce(topic, n, n2, users, partitions));
+  m = model_of(n, n2, users, m);
+  auto second = catch_up("after-scale-out");
+  EXPECT_EQ(second.rc, 0) << "the first start after a scale-out:" << refusals(second.log);
+  EXPECT_EQ(refusals(second.log), "");
+  auto cmp = compare(m);
+  EXPECT_TRUE(cmp.equal()) << cmp.text();
+  if (second.rc == 0)
+    expect_audit_consistent();
+}
+
 // Finding 3 (b): the same scale-out while `run` projects a live load.  The
 // node never exits; it ends ready, the checkpoints reach the end of the
 // load, Redis equals the model; a restart afterwards does not refuse.
