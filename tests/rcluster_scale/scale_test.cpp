@@ -221,7 +221,8 @@ struct watch {
 // partition 0 only, so node a writes the promoted primary's first copy
 // under its new name, naming what it wrote since.  Restarting both nodes
 // must start without a refusal (the checkpoints are above the low
-// watermark and nothing was lost), and Redis must equal the model.
+// watermark and nothing was lost), and Redis must equal the model (audit
+// cannot judge a log whose head is gone).
 TEST_F(scale, CleanTakeoverThenOnePartitionsRecordsThenEveryNodeRestarts) {
   constexpr int users = 400;
   constexpr uint64_t n = 4000, more = 400, last = 800;
@@ -310,7 +311,9 @@ TEST_F(scale, CleanTakeoverThenOnePartitionsRecordsThenEveryNodeRestarts) {
   EXPECT_EQ(a->stop(), 0) << a->text();
   EXPECT_EQ(b->stop(), 0) << b->text();
   EXPECT_EQ(refusals(a->text() + b->text()), "");
-  expect_audit_consistent();
+  // (No `audit` here: with the log's head deleted it cannot prove anything,
+  // exit 3 "cannot prove: partition N low=500 > 0, history is gone"; the
+  // model, which has every record, is the proof.)
 }
 
 // Finding 3 (a): a new primary (node 7) joins and is given 300 slots (100
