@@ -43,7 +43,7 @@
 # State (besides env, logs/ and .lock):
 #   topology             "rcluster" while the set is (being) started
 #   rc-ports             NAME PORT lines: redis-N (client port), bus-N (cluster
-#                        bus port) for N=1..6, kafka, controller
+#                        bus port) for N=1..6 and every added node, kafka, controller
 #   rc-node-ids          N NODEID lines (CLUSTER MYID; kept by nodes.conf across
 #                        restarts)
 #   rc-cut               N P lines: replica N was cut off primary P (rc-cut-replica)
@@ -55,6 +55,7 @@
 #   logs/                rcluster-N.log rcluster-N.out rcluster-kafka/kafka.log
 #                        rcluster-kafka.out rcluster-kafka-format.log
 #                        rcluster-create.log rcluster-reshard.log
+#                        rcluster-add-node.log rcluster-del-node.log
 #
 # Fault commands (scripts/services rc-CMD ...; the set is found from the state
 # dir's topology file; each waits, bounded, for its effect; exit 0 when done,
@@ -109,9 +110,52 @@
 #   rc-role ID         prints "master", or "slave P" (P: the id of its primary, "?"
 #                      if that is not a node of this set).  Exit 1 if the node is
 #                      not running, SIGSTOPped or does not answer.
+#
+# Scaling out and in (added nodes get the ids 7, 8, 9, the lowest free one;
+# an id is reused after rc-remove-primary; every rc-* command and `stop` take
+# them like 1-6; REDIS_NODES, REDIS_NODE_IDS and REDIS_PIDS list them, the
+# seed lists REDIS_CLUSTER_* stay nodes 1-6):
+#   rc-new-node        starts a new empty redis-server in Redis Cluster mode on
+#                      two free ports (client, bus) from the same redis.conf
+#                      template and aclfile as nodes 1-6 (<state>/rcluster-N/),
+#                      NOT in the cluster yet (it knows no other node); its lines
+#                      go to rc-ports and rc-node-ids.  Waits until it answers
+#                      PING.  Prints "N HOST:PORT".  (For a procedure that runs
+#                      redis-cli --cluster add-node itself.)
+#   rc-add-primary     rc-new-node, then redis-cli --cluster add-node (as default,
+#                      through a running primary with slots; log:
+#                      logs/rcluster-add-node.log); waits (30 s) until every
+#                      answering node lists it as a master without fail/handshake
+#                      flags, knows as many nodes as it does, and its own view says
+#                      cluster_state:ok.  It serves no slots: move some with
+#                      rc-move-slots or rc-move-slot.  Prints N.
+#   rc-remove-primary ID [TO_ID]
+#                      ID must be a primary without replicas (or a node that does
+#                      not answer and serves no slots).  Moves all its slots with
+#                      their keys to primary TO (default: the running primary with
+#                      the fewest slots) as rc-move-slots does, then
+#                      redis-cli --cluster del-node (log: logs/rcluster-del-node.log;
+#                      a node that does not answer: CLUSTER FORGET on every other
+#                      node) and waits (30 s) until no answering node lists it;
+#                      then stops its process (as rc-stop), drops its lines from
+#                      rc-ports and rc-node-ids and deletes <state>/rcluster-ID/
+#                      (its logs stay).  Also cleans up after a procedure that ran
+#                      del-node itself.  Prints the slots moved, as ranges ("" if
+#                      none).
 
-RC_IDS=(1 2 3 4 5 6)
+RC_BASE_IDS=(1 2 3 4 5 6)      # the set as started
 RC_PRIMARY_IDS=(1 2 3)          # at start; node i+3 replicates node i
+RC_EXTRA_IDS=(7 8 9)            # rc-new-node / rc-add-primary; reused after rc-remove-primary
+# rc_load_ids: RC_IDS = the nodes of the set now: 1-6 and every added node
+# rc-ports lists (rc-new-node adds its lines, rc-remove-primary drops them)
+rc_load_ids() {
+  RC_IDS=("${RC_BASE_IDS[@]}")
+  local n
+  for n in "${RC_EXTRA_IDS[@]}"; do
+    if grep -q "^redis-$n " "$STATE/rc-ports" 2>/dev/null; then RC_IDS+=("$n"); fi
+  done
+}
+rc_load_ids
 RC_NODE_TIMEOUT_MS=${QSP_RCLUSTER_NODE_TIMEOUT_MS:-3000}
 # Six Redis processes, a cluster creation and a JVM on a shared 2-core machine;
 # it takes ~10 s.
@@ -133,7 +177,15 @@ rc_id_of_port() {
   echo "?"
 }
 
-rc_names() { local i; for i in "${RC_IDS[@]}"; do echo "rcluster-$i"; done; }
+# rc_names -> rcluster-N of every node of the set, and of any added node
+# whose pid file is still there (stop stops it too)
+rc_names() {
+  local i
+  for i in "${RC_IDS[@]}"; do echo "rcluster-$i"; done
+  for i in "${RC_EXTRA_IDS[@]}"; do
+    if [[ " ${RC_IDS[*]} " != *" $i "* ]] && [ -f "$STATE/rcluster-$i.pid" ]; then echo "rcluster-$i"; fi
+  done
+}
 
 rc_any_running() {
   local n
@@ -322,7 +374,7 @@ write_rc_env() {
 export QSP_SERVICES_TOPOLOGY=rcluster
 export KAFKA_BOOTSTRAP=$HOST:$(rc_port kafka)
 export KAFKA_PIDS=1=$(pid_of rcluster-kafka || echo -)
-export REDIS_CLUSTER_NODES=$(rc_list "")
+export REDIS_CLUSTER_NODES=$(rc_list "" "${RC_BASE_IDS[@]}")
 export REDIS_CLUSTER_PRIMARIES=$(rc_list "" 1 2 3)
 export REDIS_CLUSTER_REPLICAS=$(rc_list "" 4 5 6)
 export REDIS_NODES=$(rc_list id)
@@ -402,6 +454,7 @@ rc_start() {
   fi
   for n in $(rc_names) rcluster-kafka; do rm -f "$STATE/$n.pid"; done
   rm -f "$STATE/env" "$STATE/rc-ports" "$STATE/rc-node-ids" "$STATE/rc-cut"
+  RC_IDS=("${RC_BASE_IDS[@]}")
   rm -rf "$STATE"/rcluster-[0-9] "$STATE/rcluster-kafka" "$STATE/secrets" "$STATE/logs"
   echo rcluster >"$STATE/topology"
   mkdir -p "$STATE/rcluster-kafka/data" "$STATE/logs/rcluster-kafka"
@@ -808,6 +861,168 @@ rc_move_slot() {
   echo "$total"
 }
 
+# ---------------------------------------------------------------- scale out / in
+# rc_known_by J ID -> 0 if node J's CLUSTER NODES lists node id ID
+rc_known_by() {
+  rc_cli "$(rc_port "redis-$1")" CLUSTER NODES | tr -d '\r' | awk -v id="$2" '$1 == id { f = 1 } END { exit !f }'
+}
+
+# rc_new_node -> sets RC_NEW: a new redis-server of the set (the lowest free id
+# of RC_EXTRA_IDS) on two free ports, from the same redis.conf template and
+# aclfile, empty and alone (it knows no other node); its lines in rc-ports and
+# rc-node-ids, the env rewritten
+rc_new_node() {
+  local i='' n t0 ports=() try id; t0=$(now)
+  command -v redis-server >/dev/null || die "redis-server not found"
+  for n in "${RC_EXTRA_IDS[@]}"; do
+    if [[ " ${RC_IDS[*]} " != *" $n "* ]] && ! pid_of "rcluster-$n" >/dev/null; then i=$n; break; fi
+  done
+  [ -n "$i" ] || die "no free node id: ${RC_EXTRA_IDS[*]} are all in use (rc-remove-primary one first)"
+  # Free now, and no port another node of the set (running or not) has.
+  for try in 1 2 3 4 5 6 7 8 9 10; do
+    read -r -a ports < <(pick_ports 2)
+    [ ${#ports[@]} -eq 2 ] || die "could not find free ports"
+    if ! awk '{ print $2 }' "$STATE/rc-ports" | grep -qxE "${ports[0]}|${ports[1]}"; then break; fi
+    ports=()
+  done
+  [ ${#ports[@]} -eq 2 ] || die "could not find two ports unused by the set"
+  rm -rf "${STATE:?}/rcluster-$i"; mkdir -p "$STATE/rcluster-$i"
+  printf 'redis-%s %s\nbus-%s %s\n' "$i" "${ports[0]}" "$i" "${ports[1]}" >>"$STATE/rc-ports"
+  RC_IDS+=("$i")
+  write_rc_conf "$i"
+  spawn_rc "$i"
+  rc_alive_ok() {
+    pid_of "rcluster-$1" >/dev/null || die "rcluster-$1 exited; see $STATE/logs/rcluster-$1.log $STATE/logs/rcluster-$1.out"
+    rc_node_ok "$1"
+  }
+  rc_until 30 "rcluster-$i answering" rc_alive_ok "$i"
+  id=$(rc_cli "${ports[0]}" CLUSTER MYID)
+  [[ $id =~ ^[0-9a-f]{40}$ ]] || die "rcluster-$i gave no node id ('$id')"
+  { awk -v n="$i" '$1 != n' "$STATE/rc-node-ids"; echo "$i $id"; } >"$STATE/rc-node-ids.tmp"
+  mv "$STATE/rc-node-ids.tmp" "$STATE/rc-node-ids"
+  write_rc_env
+  log "rcluster-$i (node ${id:0:8}) answers on $HOST:${ports[0]}, bus port ${ports[1]}, pid $(pid_of "rcluster-$i"); not in the cluster yet ($(elapsed "$t0") s)"
+  RC_NEW=$i
+}
+
+# rc_entry [BUT] -> a running, answering master with slots (not BUT), for redis-cli --cluster
+rc_entry() {
+  local j
+  for j in "${RC_IDS[@]}"; do
+    [ "$j" != "${1:-}" ] || continue
+    rc_node_ok "$j" && [ "$(rc_role_of "$j")" = master ] \
+      && [ -n "$(rc_slots "$(rc_port "redis-$j")" "$(rc_nodeid "$j")")" ] && { echo "$j"; return 0; }
+  done
+  return 1
+}
+
+# rc_joined N -> 0 if every answering node lists node N as a master without a
+# fail, handshake or noaddr flag, and N itself sees cluster_state:ok and knows
+# as many nodes as the others
+rc_joined() {
+  local i=$1 j id flags known mine; id=$(rc_nodeid "$1")
+  rc_cluster_ok "$i" || return 1
+  mine=$(field cluster_known_nodes "$(rc_info "$(rc_port "redis-$i")" CLUSTER)")
+  for j in "${RC_IDS[@]}"; do
+    [ "$j" != "$i" ] && rc_node_ok "$j" || continue
+    flags=$(rc_cli "$(rc_port "redis-$j")" CLUSTER NODES | tr -d '\r' | awk -v id="$id" '$1 == id { print $3 }')
+    if [[ ,$flags, != *",master,"* || $flags == *fail* || $flags == *handshake* || $flags == *noaddr* ]]; then
+      RC_WHY="rcluster-$j sees rcluster-$i as '${flags:-unknown}'"; return 1
+    fi
+    known=$(field cluster_known_nodes "$(rc_info "$(rc_port "redis-$j")" CLUSTER)")
+    [ "$known" = "$mine" ] || { RC_WHY="rcluster-$j knows $known nodes, rcluster-$i $mine"; return 1; }
+  done
+}
+
+rc_add_primary() {
+  local i e t0; t0=$(now)
+  e=$(rc_entry) || die "no running primary with slots to join through"
+  rc_new_node
+  i=$RC_NEW
+  REDISCLI_AUTH=$(secret_value redis-admin.password) timeout 60 \
+    redis-cli --user default --no-auth-warning --cluster add-node \
+      "$HOST:$(rc_port "redis-$i")" "$HOST:$(rc_port "redis-$e")" >>"$STATE/logs/rcluster-add-node.log" 2>&1 \
+    || die "redis-cli --cluster add-node of rcluster-$i failed (log: $STATE/logs/rcluster-add-node.log; rc-remove-primary $i cleans up)"
+  rc_until "$RC_FAULT_TIMEOUT" "every node knowing rcluster-$i as a primary" rc_joined "$i"
+  log "rcluster-$i (node $(rc_nodeid "$i" | cut -c1-8)) is a primary without slots; every node knows it ($(elapsed "$t0") s)"
+  echo "$i"
+}
+
+# rc_forgotten N -> 0 if no answering node but N lists node N
+rc_forgotten() {
+  local j id; id=$(rc_nodeid "$1")
+  for j in "${RC_IDS[@]}"; do
+    [ "$j" != "$1" ] && rc_node_ok "$j" || continue
+    if rc_known_by "$j" "$id"; then RC_WHY="rcluster-$j still knows rcluster-$1"; return 1; fi
+  done
+}
+
+rc_remove_primary() {
+  local i=$1 to=${2:-} id port slots count moved='' j best bestn k e t0; t0=$(now)
+  [[ " ${RC_EXTRA_IDS[*]} ${RC_BASE_IDS[*]} " == *" $i "* ]] || die "no such node $i"
+  id=$(rc_nodeid "$i"); port=$(rc_port "redis-$i")
+  if rc_node_ok "$i"; then
+    [ "$(rc_role_of "$i")" = master ] || die "rcluster-$i is not a primary (rc-role $i)"
+    for j in "${RC_IDS[@]}"; do
+      [ "$j" != "$i" ] && rc_node_ok "$j" || continue
+      if rc_cli "$(rc_port "redis-$j")" CLUSTER NODES | tr -d '\r' | awk -v id="$id" '$4 == id { f = 1 } END { exit !f }'; then
+        die "rcluster-$i has a replica (rcluster-$j): remove it first"
+      fi
+    done
+    slots=$(rc_slots "$port" "$id")
+    if [ -n "$slots" ]; then
+      # shellcheck disable=SC2086
+      count=$(rc_expand $slots | wc -l)
+      if [ -z "$to" ]; then   # the running primary with the fewest slots
+        bestn=99999
+        for j in "${RC_IDS[@]}"; do
+          [ "$j" != "$i" ] && rc_node_ok "$j" && [ "$(rc_role_of "$j")" = master ] || continue
+          # shellcheck disable=SC2046
+          k=$(rc_expand $(rc_slots "$port" "$(rc_nodeid "$j")") | wc -l)
+          if [ "$k" -gt 0 ] && [ "$k" -lt "$bestn" ]; then best=$j; bestn=$k; fi
+        done
+        to=${best:-}
+        [ -n "$to" ] || die "no other running primary with slots to give rcluster-$i's slots to"
+      fi
+      rc_target "$to"
+      [ "$to" != "$i" ] || die "rc-remove-primary: TO is the node to remove"
+      moved=$(rc_move_slots "$i" "$to" "$count") || die "moving rcluster-$i's slots to rcluster-$to failed"
+    fi
+  else
+    log "rcluster-$i does not answer ($RC_WHY): only forgotten (a node with slots cannot be)"
+    for j in "${RC_IDS[@]}"; do
+      [ "$j" != "$i" ] && rc_node_ok "$j" || continue
+      [ -z "$(rc_slots "$(rc_port "redis-$j")" "$id")" ] \
+        || die "rcluster-$i is down and still serves slots in rcluster-$j's view: start it (rc-start $i) first"
+    done
+  fi
+  if ! rc_forgotten "$i"; then
+    if rc_node_ok "$i"; then
+      e=$(rc_entry "$i") || die "no running primary with slots to remove rcluster-$i through"
+      REDISCLI_AUTH=$(secret_value redis-admin.password) timeout 60 \
+        redis-cli --user default --no-auth-warning --cluster del-node "$HOST:$(rc_port "redis-$e")" "$id" \
+          >>"$STATE/logs/rcluster-del-node.log" 2>&1 \
+        || die "redis-cli --cluster del-node of rcluster-$i failed (log: $STATE/logs/rcluster-del-node.log)"
+    else
+      for j in "${RC_IDS[@]}"; do
+        [ "$j" != "$i" ] && rc_node_ok "$j" || continue
+        rc_cli "$(rc_port "redis-$j")" CLUSTER FORGET "$id" >/dev/null
+      done
+    fi
+    rc_until "$RC_FAULT_TIMEOUT" "every node forgetting rcluster-$i" rc_forgotten "$i"
+  fi
+  if pid_of "rcluster-$i" >/dev/null; then rc_signal_wait stop "$i" >/dev/null; fi
+  rm -f "$STATE/rcluster-$i.pid"
+  awk -v n="$i" '$1 != "redis-" n && $1 != "bus-" n' "$STATE/rc-ports" >"$STATE/rc-ports.tmp" && mv "$STATE/rc-ports.tmp" "$STATE/rc-ports"
+  awk -v n="$i" '$1 != n' "$STATE/rc-node-ids" >"$STATE/rc-node-ids.tmp" && mv "$STATE/rc-node-ids.tmp" "$STATE/rc-node-ids"
+  rc_uncut "$i"
+  rm -rf "${STATE:?}/rcluster-$i"
+  rc_load_ids
+  write_rc_env
+  log "rcluster-$i (node ${id:0:8}) removed from the cluster and stopped${moved:+; its slots $moved went to rcluster-$to} ($(elapsed "$t0") s)"
+  echo "$moved"
+}
+
 rc_role() {
   local i=$1 name=rcluster-$1 role
   rc_node_ok "$i" || die "$RC_WHY"
@@ -829,6 +1044,16 @@ rc_fault() {
     rc-move-slot)  rc_check_state
                    [ $# -eq 2 ] || die "usage: rc-move-slot SLOT TO_ID"
                    rc_move_slot "$@" ;;
+    rc-new-node)   rc_check_state
+                   [ $# -eq 0 ] || die "usage: rc-new-node"
+                   rc_new_node; echo "$RC_NEW $HOST:$(rc_port "redis-$RC_NEW")" ;;
+    rc-add-primary) rc_check_state
+                   [ $# -eq 0 ] || die "usage: rc-add-primary"
+                   rc_add_primary ;;
+    rc-remove-primary) rc_check_state
+                   [ $# -eq 1 ] || [ $# -eq 2 ] || die "usage: rc-remove-primary ID [TO_ID]"
+                   rc_target "$1"
+                   rc_remove_primary "$@" ;;
     *)
       rc_check_state
       [ $# -eq 1 ] || die "usage: $cmd ID"

@@ -1057,4 +1057,36 @@ void expect_blocked_read_times_out(const redis::settings& cfg) {
   EXPECT_LT(took, std::chrono::seconds(5));
 }
 
+std::string doc_block(const std::string& file, const std::string& tag, const std::string& name) {
+  std::ifstream in{std::string{QSP_SOURCE_DIR} + "/docs/" + file};
+  const std::string marker = "<!-- " + tag + " runs this block: " + name + " -->";
+  std::string line;
+  while (std::getline(in, line))
+    if (auto at = line.find_first_not_of(' '); at != std::string::npos && line.substr(at) == marker)
+      break;
+  if (!in)
+    return {};
+  std::vector<std::string> lines;
+  size_t indent = std::string::npos;
+  while (std::getline(in, line)) {
+    if (line.find_first_not_of(' ') == std::string::npos) {
+      if (!lines.empty())
+        lines.push_back("");
+      continue;
+    }
+    auto at = line.find_first_not_of(' ');
+    if (indent == std::string::npos)
+      indent = at;
+    if (at < indent)
+      break;
+    lines.push_back(line.substr(indent));
+  }
+  while (!lines.empty() && lines.back().empty())
+    lines.pop_back();
+  std::string out;
+  for (auto& l : lines)
+    out += l + "\n";
+  return out;
+}
+
 } // namespace qsp::test

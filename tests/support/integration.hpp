@@ -355,4 +355,11 @@ struct private_redis {
   bool wait_ready(const std::string& cli_args = "");
 };
 
+/// The indented shell block that follows the line
+/// `<!-- TAG runs this block: NAME -->` in docs/FILE (e.g. tag
+/// "tests/rcluster_scale", file "OPERATIONS.md"), without its indentation:
+/// its first line's indentation, kept by every line of it (blank lines
+/// included), ends it.  "" if the file has no such marker.
+std::string doc_block(const std::string& file, const std::string& tag, const std::string& name);
+
 } // namespace qsp::test

@@ -1,0 +1,661 @@
+// Scaling the Redis Cluster under a projection, and a copy key under a new
+// name (issue 32, findings 2 and 3), against the Redis Cluster service set
+// (scripts/services start --redis-cluster) and its fault commands: rc-add-
+// primary / rc-new-node add node 7, rc-move-slots moves slots to it,
+// rc-remove-primary moves them away and removes it.
+//
+// - Finding 2: two static nodes (partitions 0-1 and 2-3), retention deleted
+//   the head of every partition (low watermark > 0), a clean takeover (no
+//   write lost), then records for partition 0 only: the copy key under the
+//   promoted primary's name holds only what was written since; every node's
+//   restart must start without a refusal and skip nothing.
+// - Finding 3: a primary added and given slots, with the projection stopped
+//   and with it running; a primary removed (its slots moved away,
+//   del-node), stopped and running.  Each ends ready (exit 0 for catch-up)
+//   with Redis equal to the model.
+// - docs/OPERATIONS.md, "Scaling a Redis Cluster out and in": its marked
+//   shell blocks (`<!-- tests/rcluster_scale runs this block: NAME -->`) run
+//   verbatim under a live load.
+//
+// Label `rcluster`.  Every test skips unless a Redis Cluster set is found
+// (QSP_SERVICES_ENV, else <repo>/.services-rcluster/env); with
+// QSP_REQUIRE_RCLUSTER set a missing set fails instead.
+#include "tests/rcluster_scale/rc_kit.hpp"
+
+using namespace qsp;
+using namespace qsp::rckit;
+
+namespace {
+
+constexpr int partitions = 4;
+
+struct node_result {
+  int rc = -1;  ///< -1: still running at the limit (killed)
+  std::string log;
+};
+
+struct scale : ::testing::Test {
+  std::string topic, dir;
+  clock_type::time_point t0;
+  /// scripts/services commands TearDown runs, last first.
+  std::vector<std::string> undo;
+
+  void SetUp() override {
+    std::cout.setf(std::ios::unitbuf);
+    REQUIRE_RCLUSTER_SET();
+    t0 = clock_type::now();
+    auto why = ensure_healthy();
+    ASSERT_EQ(why, "") << "the Redis Cluster set is not healthy at the start";
+    clear_cluster();
+    topic = test::unique_name("rcscale");
+    dir = "/tmp/" + topic;
+    test::sh("mkdir -p " + dir);
+    ASSERT_TRUE(create_topic(topic, partitions)) << "topic " << topic << " did not appear";
+  }
+  void TearDown() override {
+    if (test::redis_cluster_set(nullptr) == nullptr)
+      return;
+    for (auto i = undo.rbegin(); i != undo.rend(); ++i)
+      if (auto r = svc(*i); r.rc != 0)
+        ADD_FAILURE() << "undo: scripts/services " << *i << ":\n" << r.out;
+    auto why = leave_healthy();
+    EXPECT_EQ(why, "") << "the test left the Redis Cluster set unhealthy";
+    if (auto admin = kafka::admin::make(kafka_cfg()); admin && !topic.empty())
+      (*admin)->delete_topic(topic);
+    clear_cluster();
+    if (!HasFailure() && !dir.empty())
+      test::sh("rm -rf " + dir);
+    else if (!dir.empty())
+      std::cout << "logs kept in " << dir << "\n";
+    std::cout << "test took " << ms_since(t0) << " ms\n";
+  }
+
+  std::vector<std::string> args(const std::string& cmd, std::vector<std::string> extra = {}) const {
+    return node_args(cmd, topic, partitions, std::move(extra));
+  }
+  static std::vector<std::string> static_owner(const std::string& id, const std::string& parts) {
+    return {"--projection.ownership=static", "--projection.partitions=" + parts,
+            "--projection.node-id=" + id};
+  }
+
+  node_result run_to_exit(const std::vector<std::string>& a, const std::string& name,
+                          std::chrono::milliseconds limit = 120s) const {
+    auto log = dir + "/" + name + ".log";
+    auto t = clock_type::now();
+    node_result r;
+    {
+      test::node_process p{a, log};
+      auto rc = p.wait_for(limit);
+      r.rc = rc ? *rc : -1;
+    }
+    r.log = slurp(log);
+    std::cout << "[node " << a[0] << " " << name << "] exit " << r.rc << " in " << ms_since(t)
+              << " ms" << refusals(r.log) << "\n";
+    return r;
+  }
+  node_result catch_up(const std::string& name) const { return run_to_exit(args("catch-up"), name); }
+
+  /// Every partition's checkpoint equals `n` (polled, bounded).
+  bool checkpoints_reach(int64_t n, std::chrono::milliseconds limit,
+                         const std::function<bool()>& give_up = {}) const {
+    return test::eventually(
+      [&] {
+        if (give_up && give_up())
+          return true;
+        auto c = checkpoints(topic, partitions);
+        return c.size() == static_cast<size_t>(partitions)
+               && std::all_of(c.begin(), c.end(), [&](int64_t v) { return v == n; });
+      },
+      limit)
+           && !(give_up && give_up());
+  }
+  std::string checkpoints_text() const {
+    std::string s;
+    for (auto v : checkpoints(topic, partitions))
+      s += (s.empty() ? "" : ",") + std::to_string(v);
+    return "checkpoints [" + s + "]";
+  }
+
+  /// The copy key of the shard node `id` is the primary of, under its
+  /// current name ("" if it serves no slots).
+  std::string copy_key_of(int id) const {
+    auto r = router();
+    if (!r)
+      return {};
+    auto hp = nodes()[id];
+    for (auto& sh : r->map().shards())
+      if (sh.primary.address() == hp)
+        return redis::node_copy_key(redis::tag_for_shard(sh), ns, topic, sh.primary.id);
+    return {};
+  }
+
+  /// rc-add-primary, then `count` slots from each pair's primary to it (in
+  /// pair order, so that moving them back in that order takes the lowest
+  /// first: the same slots).  The undo moves them back and removes it.
+  /// Returns the new node's id (-1 after a failure) and the slots moved.
+  int scale_out(int count, std::vector<redis::slot_range>& moved) {
+    auto added = svc("rc-add-primary");
+    EXPECT_EQ(added.rc, 0) << added.out;
+    if (added.rc != 0)
+      return -1;
+    int id = std::stoi(added.last());
+    undo.push_back("rc-remove-primary " + std::to_string(id));
+    std::vector<std::string> back;
+    for (int k = 1; k <= 3; ++k) {
+      int src = primary_in(k);
+      EXPECT_GT(src, 0);
+      auto r = svc("rc-move-slots " + std::to_string(src) + " " + std::to_string(id) + " "
+                   + std::to_string(count));
+      EXPECT_EQ(r.rc, 0) << r.out;
+      if (r.rc != 0)
+        break;
+      back.push_back("rc-move-slots " + std::to_string(id) + " " + std::to_string(src) + " "
+                     + std::to_string(count));
+      auto text = r.last();
+      std::replace(text.begin(), text.end(), ' ', ',');
+      if (auto ranges = redis::parse_ranges(text))
+        moved.insert(moved.end(), ranges->begin(), ranges->end());
+    }
+    for (auto i = back.rbegin(); i != back.rend(); ++i)
+      undo.push_back(*i);
+    moved = redis::normalise_ranges(moved);
+    std::cout << "node " << id << " added, serving " << redis::format_ranges(slots_of(id)) << "\n";
+    return id;
+  }
+  /// Runs the undo commands now (moving slots back, removing the node).
+  void undo_now() {
+    auto cmds = std::move(undo);
+    undo.clear();
+    for (auto i = cmds.rbegin(); i != cmds.rend(); ++i)
+      ASSERT_SVC(*i);
+  }
+  /// Users of `m` whose session set lies in `ranges`.
+  static size_t users_in(const test::model& m, const std::vector<redis::slot_range>& ranges) {
+    size_t n = 0;
+    for (auto& [user, e] : m)
+      n += redis::contains(ranges, redis::key_slot(convs + user)) ? 1 : 0;
+    return n;
+  }
+
+  void expect_audit_consistent() {
+    auto audit = test::run_cli(args("audit"));
+    EXPECT_EQ(audit.rc, 0) << audit.out << audit.err;
+    EXPECT_NE((audit.out + audit.err).find("verdict: consistent"), std::string::npos)
+      << audit.out << audit.err;
+  }
+};
+
+/// Samples `run` every 100 ms while `action` runs on this thread: whether
+/// it exited (with its code), and readiness transitions.
+struct watch {
+  std::atomic<bool> stop{false};
+  std::atomic<int> not_ready_samples{0}, samples{0};
+  std::thread t;
+  explicit watch(run_node& n) {
+    t = std::thread{[&] {
+      auto deadline = clock_type::now() + 10min;
+      while (!stop && clock_type::now() < deadline) {
+        if (n.exited())
+          return;
+        ++samples;
+        if (test::http_get(n.port, "/readyz", 1s).status != 200)
+          ++not_ready_samples;
+        std::this_thread::sleep_for(100ms);
+      }
+    }};
+  }
+  ~watch() { end(); }
+  void end() {
+    stop = true;
+    if (t.joinable())
+      t.join();
+  }
+};
+
+} // namespace
+
+// Finding 2: a copy key under a new name vouches for only some partitions.
+// Two static nodes (0-1, 2-3) project a 4-partition topic whose head
+// retention deleted (low watermark 500 on every partition); pair 2's
+// replica takes over cleanly (WAIT first: nothing lost); records then go to
+// partition 0 only, so node a writes the promoted primary's first copy
+// under its new name, naming what it wrote since.  Restarting both nodes
+// must start without a refusal (the checkpoints are above the low
+// watermark and nothing was lost), and Redis must equal the model (audit
+// cannot judge a log whose head is gone).
+TEST_F(scale, CleanTakeoverThenOnePartitionsRecordsThenEveryNodeRestarts) {
+  constexpr int users = 400;
+  constexpr uint64_t n = 4000, more = 400, last = 800;
+  constexpr int64_t low = 500;
+  ASSERT_NO_FATAL_FAILURE(produce(topic, 0, n, users, partitions));
+  auto a = std::make_unique<run_node>("a", dir, args("run", static_owner("scale-a", "0-1")));
+  auto b = std::make_unique<run_node>("b", dir, args("run", static_owner("scale-b", "2-3")));
+  ASSERT_TRUE(a->becomes_ready(60s)) << a->status() << "\n" << a->text();
+  ASSERT_TRUE(b->becomes_ready(60s)) << b->status() << "\n" << b->text();
+  ASSERT_TRUE(checkpoints_reach(n / partitions, 60s)) << checkpoints_text();
+
+  // Retention deletes the head of every partition.
+  {
+    auto admin = kafka::admin::make(kafka_cfg());
+    ASSERT_TRUE(admin) << describe(admin.error());
+    for (int p = 0; p < partitions; ++p) {
+      auto d = (*admin)->delete_records(topic, p, low);
+      ASSERT_TRUE(d) << describe(d.error());
+    }
+    auto st = (*admin)->inspect(topic);
+    ASSERT_TRUE(st) << describe(st.error());
+  }
+
+  // A clean takeover of pair 2's shard: its replica holds every write.
+  const int p = primary_in(2), r = replica_in(2);
+  ASSERT_GT(p, 0);
+  ASSERT_EQ(node_cmd(p, {"WAIT", "1", "5000"}), "1") << "WAIT on node " << p;
+  const auto old_key = copy_key_of(p);
+  ASSERT_SVC("rc-takeover " + std::to_string(r));
+  ASSERT_EQ(role(r), "master");
+  auto m = model_of(0, n, users);
+  auto clean = compare(m);
+  ASSERT_TRUE(clean.equal()) << "the takeover lost writes: " << clean.text();
+
+  // Records for partition 0 only.
+  ASSERT_NO_FATAL_FAILURE(produce(topic, n, n + more, users, partitions, 0));
+  m = model_of(n, n + more, users, m);
+  ASSERT_TRUE(test::eventually(
+    [&] { return a->exited() || checkpoint(topic, 0) == static_cast<int64_t>(n / partitions + more); },
+    90s))
+    << a->status() << ", " << checkpoints_text() << "\n" << a->text();
+  ASSERT_FALSE(a->exited()) << a->status() << "\n" << a->text();
+  ASSERT_FALSE(b->exited()) << b->status() << "\n" << b->text();
+  // The promoted primary's copy under its own name: written since the
+  // takeover (the scenario happened).
+  const auto new_key = copy_key_of(r);
+  ASSERT_NE(new_key, old_key);
+  ASSERT_TRUE(test::eventually([&] { return node_cmd(r, {"EXISTS", new_key}) == "1"; }, 30s))
+    << new_key << " was never written";
+  std::cout << "copy under the new name " << new_key << ":";
+  for (int q = 0; q < partitions; ++q)
+    std::cout << " p:" << q << "=" << node_cmd(r, {"HGET", new_key, "p:" + std::to_string(q)});
+  std::cout << "\n";
+  for (auto& l : dirty_lines(a->text()))
+    std::cout << "  a: " << l << "\n";
+
+  // Every node restarts.
+  EXPECT_EQ(a->stop(), 0) << a->text();
+  EXPECT_EQ(b->stop(), 0) << b->text();
+  a = std::make_unique<run_node>("a-again", dir, args("run", static_owner("scale-a", "0-1")));
+  b = std::make_unique<run_node>("b-again", dir, args("run", static_owner("scale-b", "2-3")));
+  bool a_ready = a->becomes_ready(90s), b_ready = b->becomes_ready(90s);
+  std::cout << "after the restart: " << a->status() << "; " << b->status() << "\n";
+  for (auto* x : {a.get(), b.get()})
+    for (auto& l : lines_with(x->text(), ": start "))
+      std::cout << "  " << x->name << ": " << l << "\n";
+  EXPECT_TRUE(a_ready) << a->status();
+  EXPECT_TRUE(b_ready) << b->status();
+  ASSERT_TRUE(a_ready && b_ready) << "a node refused after a clean takeover:\n"
+                                  << a->status() << "\n" << b->status();
+
+  // Nothing skipped: more records on every partition, Redis equals the model.
+  ASSERT_NO_FATAL_FAILURE(produce(topic, n + more, n + more + last, users, partitions));
+  m = model_of(n + more, n + more + last, users, m);
+  ASSERT_TRUE(test::eventually(
+    [&] {
+      auto c = checkpoints(topic, partitions);
+      return c.size() == 4 && c[0] == static_cast<int64_t>((n + last) / 4 + more)
+             && c[1] == static_cast<int64_t>((n + last) / 4)
+             && c[3] == static_cast<int64_t>((n + last) / 4);
+    },
+    60s))
+    << checkpoints_text();
+  auto cmp = compare(m);
+  EXPECT_TRUE(cmp.equal()) << cmp.text();
+  EXPECT_EQ(a->stop(), 0) << a->text();
+  EXPECT_EQ(b->stop(), 0) << b->text();
+  EXPECT_EQ(refusals(a->text() + b->text()), "");
+  // (No `audit` here: with the log's head deleted it cannot prove anything,
+  // exit 3 "cannot prove: partition N low=500 > 0, history is gone"; the
+  // model, which has every record, is the proof.)
+}
+
+// Finding 3 (a): a new primary (node 7) joins and is given 300 slots (100
+// of each pair's) while the projection is stopped.  The next start must not
+// refuse (the new primary never failed over; it holds exactly the keys
+// that migrated into it), and Redis equals the model; a second start too.
+TEST_F(scale, ScaleOutWithTheProjectionStopped) {
+  constexpr int users = 2000;
+  constexpr uint64_t n = 8000, n2 = 12000, n3 = 14000;
+  ASSERT_NO_FATAL_FAILURE(produce(topic, 0, n, users, partitions));
+  auto first = catch_up("catch-up-1");
+  ASSERT_EQ(first.rc, 0) << first.log;
+
+  std::vector<redis::slot_range> moved;
+  int id = scale_out(100, moved);
+  ASSERT_GT(id, 0);
+  ASSERT_EQ(redis::slot_total(slots_of(id)), 300u);
+  auto m = model_of(0, n, users);
+  ASSERT_GT(users_in(m, moved), 0u) << "no user in the moved slots: the test proves nothing";
+  auto before = compare(m);
+  ASSERT_TRUE(before.equal()) << "the migration lost keys: " << before.text();
+
+  ASSERT_NO_FATAL_FAILURE(produce(topic, n, n2, users, partitions));
+  m = model_of(n, n2, users, m);
+  auto second = catch_up("after-scale-out");
+  EXPECT_EQ(second.rc, 0) << "the first start after a scale-out:" << refusals(second.log) << "\n"
+                          << second.log;
+  ASSERT_EQ(second.rc, 0);
+  EXPECT_EQ(refusals(second.log), "");
+  auto cmp = compare(m);
+  EXPECT_TRUE(cmp.equal()) << cmp.text();
+  // The new primary now holds a copy of its own.
+  EXPECT_EQ(node_cmd(id, {"EXISTS", copy_key_of(id)}), "1") << copy_key_of(id);
+
+  ASSERT_NO_FATAL_FAILURE(produce(topic, n2, n3, users, partitions));
+  m = model_of(n2, n3, users, m);
+  auto third = catch_up("again");
+  EXPECT_EQ(third.rc, 0) << refusals(third.log) << "\n" << third.log;
+  cmp = compare(m);
+  EXPECT_TRUE(cmp.equal()) << cmp.text();
+  expect_audit_consistent();
+}
+
+// Finding 3 (a), no copy key moving: node 7 gets the 3 busiest slots of
+// each pair's primary, never a primary's lowest (which holds its copy key)
+// nor the namespace's; so the new primary holds no copy key at all.  The
+// next start must not refuse, and Redis equals the model.
+TEST_F(scale, ScaleOutOfBusySlotsWithTheProjectionStopped) {
+  constexpr int users = 2000;
+  constexpr uint64_t n = 8000, n2 = 12000;
+  ASSERT_NO_FATAL_FAILURE(produce(topic, 0, n, users, partitions));
+  auto first = catch_up("catch-up-1");
+  ASSERT_EQ(first.rc, 0) << first.log;
+  auto m = model_of(0, n, users);
+
+  auto added = svc("rc-add-primary");
+  ASSERT_EQ(added.rc, 0) << added.out;
+  const int id = std::stoi(added.last());
+  undo.push_back("rc-remove-primary " + std::to_string(id));
+  std::map<uint16_t, size_t> entries_in;
+  for (auto& [user, c] : m)
+    entries_in[redis::key_slot(convs + user)] += c.size();
+  std::vector<redis::slot_range> moved;
+  for (int k = 1; k <= 3; ++k) {
+    const int src = primary_in(k);
+    ASSERT_GT(src, 0);
+    const auto src_slots = slots_of(src);
+    ASSERT_FALSE(src_slots.empty());
+    std::vector<std::pair<size_t, uint16_t>> busiest;
+    for (auto& [slot, e] : entries_in)
+      if (redis::contains(src_slots, slot) && slot != ns_slot && slot != src_slots.front().first)
+        busiest.emplace_back(e, slot);
+    std::sort(busiest.rbegin(), busiest.rend());
+    ASSERT_GE(busiest.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+      auto slot = std::to_string(busiest[i].second);
+      ASSERT_SVC("rc-move-slot " + slot + " " + std::to_string(id));
+      undo.push_back("rc-move-slot " + slot + " " + std::to_string(src));
+      moved.push_back({busiest[i].second, busiest[i].second});
+    }
+  }
+  moved = redis::normalise_ranges(moved);
+  std::cout << "node " << id << " serves " << redis::format_ranges(slots_of(id)) << " ("
+            << users_in(m, moved) << " users)\n";
+  ASSERT_EQ(redis::slot_total(slots_of(id)), 9u);
+  // No copy key came with them: each lies in its primary's lowest slot.
+  for (int k = 1; k <= 3; ++k) {
+    auto key = copy_key_of(primary_in(k));
+    ASSERT_FALSE(redis::contains(moved, redis::key_slot(key))) << key;
+    EXPECT_EQ(node_cmd(primary_in(k), {"EXISTS", key}), "1") << key;
+  }
+  auto before = compare(m);
+  ASSERT_TRUE(before.equal()) << "the migration lost keys: " << before.text();
+
+  ASSERT_NO_FATAL_FAILURE(produce(topic, n, n2, users, partitions));
+  m = model_of(n, n2, users, m);
+  auto second = catch_up("after-scale-out");
+  EXPECT_EQ(second.rc, 0) << "the first start after a scale-out:" << refusals(second.log);
+  EXPECT_EQ(refusals(second.log), "");
+  auto cmp = compare(m);
+  EXPECT_TRUE(cmp.equal()) << cmp.text();
+  if (second.rc == 0)
+    expect_audit_consistent();
+}
+
+// Finding 3 (b): the same scale-out while `run` projects a live load.  The
+// node never exits; it ends ready, the checkpoints reach the end of the
+// load, Redis equals the model; a restart afterwards does not refuse.
+TEST_F(scale, ScaleOutWithTheProjectionRunning) {
+  constexpr int users = 2000;
+  constexpr uint64_t n = 4000, n2 = 16000;
+  ASSERT_NO_FATAL_FAILURE(produce(topic, 0, n, users, partitions));
+  run_node node{"run", dir, args("run")};
+  ASSERT_TRUE(node.becomes_ready(60s)) << node.status() << "\n" << node.text();
+  ASSERT_TRUE(checkpoints_reach(n / partitions, 60s)) << checkpoints_text();
+  background_producer load{topic, n, n2, users, partitions, 1000};
+
+  std::vector<redis::slot_range> moved;
+  int id = -1;
+  {
+    watch w{node};
+    id = scale_out(100, moved);
+    w.end();
+    std::cout << "during the scale-out: " << w.not_ready_samples << " of " << w.samples
+              << " samples not ready; " << node.status() << "\n";
+  }
+  ASSERT_GT(id, 0);
+  ASSERT_FALSE(node.exited()) << "the node exited during the scale-out: " << node.status() << "\n"
+                              << node.text();
+  ASSERT_TRUE(load.wait(60s)) << load.error();
+  auto m = model_of(0, n2, users);
+  ASSERT_GT(users_in(m, moved), 0u) << "no user in the moved slots: the test proves nothing";
+  bool reached = checkpoints_reach(n2 / partitions, 90s, [&] { return node.exited().has_value(); });
+  for (auto& l : dirty_lines(node.text()))
+    std::cout << "  " << l << "\n";
+  ASSERT_FALSE(node.exited()) << "the node exited after the scale-out: " << node.status();
+  ASSERT_TRUE(reached) << checkpoints_text() << "; /readyz "
+                       << test::http_get(node.port, "/readyz").body;
+  EXPECT_TRUE(node.becomes_ready(30s)) << node.status();
+  auto cmp = compare(m);
+  EXPECT_TRUE(cmp.equal()) << cmp.text();
+  EXPECT_EQ(node.stop(), 0) << node.text();
+  EXPECT_EQ(refusals(node.text()), "");
+
+  auto again = catch_up("after-scale-out");
+  EXPECT_EQ(again.rc, 0) << refusals(again.log) << "\n" << again.log;
+  cmp = compare(m);
+  EXPECT_TRUE(cmp.equal()) << cmp.text();
+}
+
+namespace {
+
+/// Node 7 added with 100 slots of each pair BEFORE the namespace's first
+/// start (which seeds every primary's copy, node 7's included), then
+/// `before` dispatches projected by catch-up.
+void seeded_with_four_primaries(scale& t, int users, uint64_t before, int& id,
+                                std::vector<redis::slot_range>& moved) {
+  id = t.scale_out(100, moved);
+  ASSERT_GT(id, 0);
+  ASSERT_NO_FATAL_FAILURE(produce(t.topic, 0, before, users, partitions));
+  auto first = t.catch_up("catch-up-four-primaries");
+  ASSERT_EQ(first.rc, 0) << first.log;
+  ASSERT_EQ(node_cmd(id, {"EXISTS", t.copy_key_of(id)}), "1")
+    << "the first start wrote node " << id << " no copy";
+}
+
+} // namespace
+
+// Scale-in with the projection stopped: node 7 (seeded like every primary)
+// gives its slots back to the three pairs and is removed (del-node).  The
+// next start does not refuse (its copy key, in its lowest slot, moved to a
+// primary that never failed over), and Redis equals the model.
+TEST_F(scale, ScaleInWithTheProjectionStopped) {
+  constexpr int users = 2000;
+  constexpr uint64_t n = 8000, n2 = 12000;
+  int id = -1;
+  std::vector<redis::slot_range> moved;
+  ASSERT_NO_FATAL_FAILURE(seeded_with_four_primaries(*this, users, n, id, moved));
+  auto m = model_of(0, n, users);
+  ASSERT_GT(users_in(m, moved), 0u);
+
+  ASSERT_NO_FATAL_FAILURE(undo_now());  // slots back, node 7 removed
+  ASSERT_EQ(nodes().count(id), 0u) << "node " << id << " is still in the env";
+  auto before = compare(m);
+  ASSERT_TRUE(before.equal()) << "the scale-in lost keys: " << before.text();
+
+  ASSERT_NO_FATAL_FAILURE(produce(topic, n, n2, users, partitions));
+  m = model_of(n, n2, users, m);
+  auto after = catch_up("after-scale-in");
+  EXPECT_EQ(after.rc, 0) << refusals(after.log) << "\n" << after.log;
+  auto cmp = compare(m);
+  EXPECT_TRUE(cmp.equal()) << cmp.text();
+  expect_audit_consistent();
+}
+
+// Scale-in while `run` projects a live load: node 7's slots move back and
+// it is removed; the node never exits, ends ready, nothing is lost; a
+// restart afterwards does not refuse.
+TEST_F(scale, ScaleInWithTheProjectionRunning) {
+  constexpr int users = 2000;
+  constexpr uint64_t n = 4000, n2 = 16000;
+  int id = -1;
+  std::vector<redis::slot_range> moved;
+  ASSERT_NO_FATAL_FAILURE(seeded_with_four_primaries(*this, users, n, id, moved));
+  run_node node{"run", dir, args("run")};
+  ASSERT_TRUE(node.becomes_ready(60s)) << node.status() << "\n" << node.text();
+  background_producer load{topic, n, n2, users, partitions, 1000};
+  ASSERT_TRUE(test::eventually(
+    [&] {
+      auto c = checkpoints(topic, partitions);
+      return !c.empty() && c[0] >= static_cast<int64_t>(n / partitions + 500);
+    },
+    30s))
+    << checkpoints_text();
+  {
+    watch w{node};
+    ASSERT_NO_FATAL_FAILURE(undo_now());
+    w.end();
+    std::cout << "during the scale-in: " << w.not_ready_samples << " of " << w.samples
+              << " samples not ready; " << node.status() << "\n";
+  }
+  ASSERT_FALSE(node.exited()) << "the node exited during the scale-in: " << node.status() << "\n"
+                              << node.text();
+  ASSERT_TRUE(load.wait(60s)) << load.error();
+  auto m = model_of(0, n2, users);
+  bool reached = checkpoints_reach(n2 / partitions, 90s, [&] { return node.exited().has_value(); });
+  for (auto& l : dirty_lines(node.text()))
+    std::cout << "  " << l << "\n";
+  ASSERT_FALSE(node.exited()) << node.status();
+  ASSERT_TRUE(reached) << checkpoints_text();
+  EXPECT_TRUE(node.becomes_ready(30s)) << node.status();
+  auto cmp = compare(m);
+  EXPECT_TRUE(cmp.equal()) << cmp.text();
+  EXPECT_EQ(node.stop(), 0) << node.text();
+  EXPECT_EQ(refusals(node.text()), "");
+  auto again = catch_up("after-scale-in");
+  EXPECT_EQ(again.rc, 0) << refusals(again.log) << "\n" << again.log;
+}
+
+namespace {
+
+/// Runs the documented block `name` with bash after a prelude that sets
+/// the procedure's variables for this set and the helpers block.
+test::cli_result doc_block(const std::string& dir, const std::string& name,
+                           const std::string& vars) {
+  auto body = test::doc_block("OPERATIONS.md", "tests/rcluster_scale", name);
+  EXPECT_FALSE(body.empty()) << "docs/OPERATIONS.md has no block \"" << name << "\"";
+  auto helpers = test::doc_block("OPERATIONS.md", "tests/rcluster_scale", "helpers");
+  EXPECT_FALSE(helpers.empty()) << "docs/OPERATIONS.md has no block \"helpers\"";
+  std::ostringstream script;
+  script << "set -eo pipefail\ncd '" << dir << "'\n"
+         << "RC_NODE=" << nodes().at(1) << "\n"
+         << "RC_AUTH=(--user default --pass '" << S().secret("REDIS_ADMIN_PASSWORD_FILE")
+         << "' --no-auth-warning)\n"
+         << vars << helpers << "\n" << body;
+  auto path = dir + "/block-" + name + ".sh";
+  std::ofstream{path} << script.str();
+  auto t = clock_type::now();
+  auto r = test::run_program("/usr/bin/timeout", {"300", "/bin/bash", path});
+  std::cout << "-- block " << name << " (rc " << r.rc << ", " << ms_since(t) << " ms):\n";
+  for (auto& l : split(r.out + r.err, '\n'))
+    if (l.find("Moving slot") == std::string::npos)
+      std::cout << l << "\n";
+  return r;
+}
+
+} // namespace
+
+// docs/OPERATIONS.md, "Scaling a Redis Cluster out and in", its blocks run
+// verbatim while `run` projects a live load: a new node (rc-new-node: a
+// redis-server like the others, not yet in the cluster) joins (add-primary),
+// takes COUNT = 100 slots of every primary (move-slots), and leaves again
+// (remove-primary: its slots to one primary, del-node).  The node never
+// exits, ends ready after each step with Redis equal to the model, and a
+// restart afterwards does not refuse.
+TEST_F(scale, ScaleOutAndInByTheDocumentedProcedure) {
+  constexpr int users = 2000;
+  constexpr uint64_t n = 4000, n2 = 10000, n3 = 14000;
+  ASSERT_NO_FATAL_FAILURE(produce(topic, 0, n, users, partitions));
+  run_node node{"run", dir, args("run")};
+  ASSERT_TRUE(node.becomes_ready(60s)) << node.status() << "\n" << node.text();
+  ASSERT_TRUE(checkpoints_reach(n / partitions, 60s)) << checkpoints_text();
+
+  auto made = svc("rc-new-node");
+  ASSERT_EQ(made.rc, 0) << made.out;
+  const auto words = split(made.last(), ' ');
+  ASSERT_EQ(words.size(), 2u) << made.last();
+  const int id = std::stoi(words[0]);
+  const auto id_s = std::to_string(id);
+  undo.push_back("rc-remove-primary " + id_s);
+  const auto new_id = node_ids().at(id);
+
+  {
+    background_producer load{topic, n, n2, users, partitions, 1000};
+    watch w{node};
+    auto add = doc_block(dir, "add-primary", "NEW=" + words[1] + "\n");
+    ASSERT_EQ(add.rc, 0) << add.out << add.err;
+    ASSERT_EQ(role(id), "master");
+    auto move = doc_block(dir, "move-slots", "NEW_ID=" + new_id + "\nCOUNT=100\n");
+    ASSERT_EQ(move.rc, 0) << move.out << move.err;
+    w.end();
+    std::cout << "during the scale-out: " << w.not_ready_samples << " of " << w.samples
+              << " samples not ready; " << node.status() << "\n";
+    ASSERT_EQ(redis::slot_total(slots_of(id)), 300u) << redis::format_ranges(slots_of(id));
+    ASSERT_FALSE(node.exited()) << node.status() << "\n" << node.text();
+    ASSERT_TRUE(load.wait(60s)) << load.error();
+  }
+  auto m = model_of(0, n2, users);
+  ASSERT_GT(users_in(m, slots_of(id)), 0u);
+  bool reached = checkpoints_reach(n2 / partitions, 90s, [&] { return node.exited().has_value(); });
+  ASSERT_FALSE(node.exited()) << "after the scale-out: " << node.status();
+  ASSERT_TRUE(reached) << checkpoints_text();
+  EXPECT_TRUE(node.becomes_ready(30s)) << node.status();
+  auto cmp = compare(m);
+  EXPECT_TRUE(cmp.equal()) << cmp.text();
+
+  {
+    background_producer load{topic, n2, n3, users, partitions, 1000};
+    watch w{node};
+    auto remove = doc_block(dir, "remove-primary",
+                            "OLD_ID=" + new_id + "\nTO_ID=" + node_ids().at(primary_in(1)) + "\n");
+    ASSERT_EQ(remove.rc, 0) << remove.out << remove.err;
+    w.end();
+    std::cout << "during the scale-in: " << w.not_ready_samples << " of " << w.samples
+              << " samples not ready; " << node.status() << "\n";
+    ASSERT_FALSE(node.exited()) << node.status() << "\n" << node.text();
+    ASSERT_TRUE(load.wait(60s)) << load.error();
+  }
+  // The procedure forgot the node; the service set stops it and forgets it too.
+  ASSERT_SVC("rc-remove-primary " + id_s);
+  undo.clear();
+  m = model_of(n2, n3, users, m);
+  reached = checkpoints_reach(n3 / partitions, 90s, [&] { return node.exited().has_value(); });
+  for (auto& l : dirty_lines(node.text()))
+    std::cout << "  " << l << "\n";
+  ASSERT_FALSE(node.exited()) << "after the scale-in: " << node.status();
+  ASSERT_TRUE(reached) << checkpoints_text();
+  cmp = compare(m);
+  EXPECT_TRUE(cmp.equal()) << cmp.text();
+  EXPECT_EQ(node.stop(), 0) << node.text();
+  EXPECT_EQ(refusals(node.text()), "");
+  auto again = catch_up("after-procedure");
+  EXPECT_EQ(again.rc, 0) << refusals(again.log) << "\n" << again.log;
+  expect_audit_consistent();
+}
