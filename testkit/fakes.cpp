@@ -35,21 +35,6 @@ caf::error failure(const fault& f, ec fallback, const std::string& what) {
 
 constexpr int64_t slot_count = 16384;
 
-/// Whether `slots` (a shard_report's "a-b,c,...") names `slot`.
-bool serves(std::string_view slots, uint16_t slot) {
-  while (!slots.empty()) {
-    auto comma = slots.find(',');
-    auto item = slots.substr(0, comma);
-    slots = comma == std::string_view::npos ? std::string_view{} : slots.substr(comma + 1);
-    auto dash = item.find('-');
-    auto first = core::parse_decimal(item.substr(0, dash));
-    auto last = dash == std::string_view::npos ? first : core::parse_decimal(item.substr(dash + 1));
-    if (first && last && *first <= slot && slot <= *last)
-      return true;
-  }
-  return false;
-}
-
 using slot_ranges = std::vector<std::pair<int, int>>;
 
 slot_ranges parse_slots(std::string_view slots) {
@@ -87,6 +72,11 @@ std::string format_slots(slot_ranges r) {
 bool in_ranges(const slot_ranges& r, int slot) {
   return std::any_of(r.begin(), r.end(),
                      [&](const std::pair<int, int>& x) { return x.first <= slot && slot <= x.second; });
+}
+
+/// Whether `slots` (a shard_report's "a-b,c,...") names `slot`.
+bool serves(std::string_view slots, uint16_t slot) {
+  return in_ranges(parse_slots(slots), slot);
 }
 
 /// Whether every slot of `now` is in `then`.

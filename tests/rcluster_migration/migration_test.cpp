@@ -186,36 +186,7 @@ std::string joined(const std::vector<std::string>& v) {
 /// The indented block after `<!-- tests/rcluster_migration runs this block:
 /// NAME -->` in docs/OPERATIONS.md, without its indentation.
 std::string doc_block(const std::string& name) {
-  std::ifstream in{QSP_SOURCE_DIR "/docs/OPERATIONS.md"};
-  const std::string marker = "<!-- tests/rcluster_migration runs this block: " + name + " -->";
-  std::string line;
-  while (std::getline(in, line))
-    if (auto at = line.find_first_not_of(' '); at != std::string::npos && line.substr(at) == marker)
-      break;
-  if (!in)
-    return {};
-  // The block: its first line's indentation, kept by every line of it.
-  std::vector<std::string> lines;
-  size_t indent = std::string::npos;
-  while (std::getline(in, line)) {
-    if (line.find_first_not_of(' ') == std::string::npos) {
-      if (!lines.empty())
-        lines.push_back("");
-      continue;
-    }
-    auto at = line.find_first_not_of(' ');
-    if (indent == std::string::npos)
-      indent = at;
-    if (at < indent)
-      break;
-    lines.push_back(line.substr(indent));
-  }
-  while (!lines.empty() && lines.back().empty())
-    lines.pop_back();
-  std::string out;
-  for (auto& l : lines)
-    out += l + "\n";
-  return out;
+  return test::doc_block("OPERATIONS.md", "tests/rcluster_migration", name);
 }
 
 // -- the fixture -----------------------------------------------------------------
