@@ -1,0 +1,240 @@
+// The one place where CAF 0.17 (Debian 12's package) and CAF 1.x differ for
+// the projection, its test kit and a host that embeds them.  The code is
+// written in CAF 1.1's terms; on 0.17 this header maps those terms onto the
+// old API.  Nothing else in the project tests the CAF version.
+//
+//   qsp::typed_actor<caf::result<T>(Args...)...>   a typed interface
+//   qsp::extend_t<Base, caf::result<T>(Args...)...> one that adds to Base
+//   qsp::mail(self, xs...).send(dst)              what 1.1 writes
+//   qsp::mail(self, xs...).delay(d).send(dst)       self->mail(xs...)...
+//   qsp::mail(self, xs...).request(dst, t).then(...)
+//   qsp::anon_mail(xs...).send(dst)                 caf::anon_mail(xs...)...
+//   qsp::down_watch                                 monitors with one down handler
+//   qsp::with_exit_handler(self, on_exit, fs...)    a behavior that traps exits
+//
+// A host may use them too: they are how the examples and EMBEDDING.md are
+// written for both versions.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "caf/actor_addr.hpp"
+#include "caf/config.hpp"
+#include "caf/error.hpp"
+#include "caf/exit_reason.hpp"
+#include "caf/fwd.hpp"
+#include "caf/result.hpp"
+#include "caf/send.hpp"
+#include "caf/typed_actor.hpp"
+
+#if CAF_MAJOR_VERSION >= 1
+#  include "caf/anon_mail.hpp"
+#  include "caf/disposable.hpp"
+#else
+#  include "caf/replies_to.hpp"
+#endif
+
+namespace qsp {
+
+/// The CAF major.minor this translation unit sees (e.g. 1.1 -> 101, 0.17 -> 17).
+inline constexpr int caf_version = CAF_MAJOR_VERSION * 100 + CAF_MINOR_VERSION;
+
+#if CAF_MAJOR_VERSION >= 1
+
+template <class... Sigs>
+using typed_actor = caf::typed_actor<Sigs...>;
+
+template <class Base, class... Sigs>
+using extend_t = typename Base::template extend<Sigs...>;
+
+template <class Self, class... Ts>
+auto mail(Self&& self, Ts&&... xs) {
+  return self->mail(std::forward<Ts>(xs)...);
+}
+
+template <class... Ts>
+auto anon_mail(Ts&&... xs) {
+  return caf::anon_mail(std::forward<Ts>(xs)...);
+}
+
+#else // CAF 0.17
+
+namespace detail {
+
+template <class Sig>
+struct old_signature;
+
+template <class R, class... Args>
+struct old_signature<caf::result<R>(Args...)> {
+  using type = typename caf::replies_to<Args...>::template with<R>;
+};
+
+template <class... Args>
+struct old_signature<caf::result<void>(Args...)> {
+  using type = caf::reacts_to<Args...>;
+};
+
+/// 1.1's mail builder over 0.17's send/delayed_send/request.
+template <class Ptr, class... Ts>
+class mail_017 {
+public:
+  mail_017(Ptr self, Ts... xs) : self_(self), xs_(std::move(xs)...) {}
+
+  [[nodiscard]] mail_017 delay(caf::timespan d) && {
+    delay_ = d;
+    delayed_ = true;
+    return std::move(*this);
+  }
+
+  template <class Handle>
+  void send(const Handle& dst) && {
+    std::apply(
+      [&](auto&... xs) {
+        if (delayed_)
+          self_->delayed_send(dst, delay_, std::move(xs)...);
+        else
+          self_->send(dst, std::move(xs)...);
+      },
+      xs_);
+  }
+
+  template <class Handle, class Timeout>
+  auto request(const Handle& dst, Timeout timeout) && {
+    return std::apply(
+      [&](auto&... xs) { return self_->request(dst, timeout, std::move(xs)...); }, xs_);
+  }
+
+private:
+  Ptr self_;
+  std::tuple<Ts...> xs_;
+  caf::timespan delay_{};
+  bool delayed_ = false;
+};
+
+template <class... Ts>
+class anon_mail_017 {
+public:
+  explicit anon_mail_017(Ts... xs) : xs_(std::move(xs)...) {}
+
+  [[nodiscard]] anon_mail_017 delay(caf::timespan d) && {
+    delay_ = d;
+    delayed_ = true;
+    return std::move(*this);
+  }
+
+  template <class Handle>
+  void send(const Handle& dst) && {
+    std::apply(
+      [&](auto&... xs) {
+        if (delayed_)
+          caf::delayed_anon_send(dst, delay_, std::move(xs)...);
+        else
+          caf::anon_send(dst, std::move(xs)...);
+      },
+      xs_);
+  }
+
+private:
+  std::tuple<Ts...> xs_;
+  caf::timespan delay_{};
+  bool delayed_ = false;
+};
+
+} // namespace detail
+
+template <class... Sigs>
+using typed_actor = caf::typed_actor<typename detail::old_signature<Sigs>::type...>;
+
+template <class Base, class... Sigs>
+using extend_t = typename Base::template extend<typename detail::old_signature<Sigs>::type...>;
+
+template <class Self, class... Ts>
+auto mail(Self&& self, Ts&&... xs) {
+  auto* ptr = &*self;
+  return detail::mail_017<decltype(ptr), std::decay_t<Ts>...>{ptr, std::forward<Ts>(xs)...};
+}
+
+template <class... Ts>
+auto anon_mail(Ts&&... xs) {
+  return detail::anon_mail_017<std::decay_t<Ts>...>{std::forward<Ts>(xs)...};
+}
+
+#endif
+
+/// The monitors of one actor and the one handler their down events go to
+/// (1.1 monitors with a callback each; 0.17 has one down handler per actor).
+/// Keep it in the actor's state; install the handler once, before the first
+/// monitor.  The handler gets the address of the actor that ended and why.
+class down_watch {
+public:
+  using handler = std::function<void(const caf::actor_addr&, const caf::error&)>;
+
+  template <class Self>
+  void on_down(Self* self, handler f) {
+    fn_ = std::make_shared<handler>(std::move(f));
+#if CAF_MAJOR_VERSION < 1
+    auto fn = fn_;
+    self->set_down_handler([fn](caf::down_msg& msg) { (*fn)(msg.source, msg.reason); });
+#else
+    (void) self;
+#endif
+  }
+
+  template <class Self, class Handle>
+  void monitor(Self* self, const Handle& whom) {
+#if CAF_MAJOR_VERSION >= 1
+    auto addr = whom.address();
+    auto& slot = watched_[addr];
+    slot.dispose();
+    // Runs in `self`'s context while it lives, so `this` (in its state) does.
+    slot = self->monitor(whom, [this, addr](const caf::error& reason) {
+      auto fn = fn_;
+      watched_.erase(addr);
+      if (fn && *fn)
+        (*fn)(addr, reason);
+    });
+#else
+    self->monitor(whom);
+#endif
+  }
+
+  template <class Self>
+  void demonitor(Self* self, const caf::actor_addr& whom) {
+#if CAF_MAJOR_VERSION >= 1
+    (void) self;
+    auto i = watched_.find(whom);
+    if (i != watched_.end()) {
+      i->second.dispose();
+      watched_.erase(i);
+    }
+#else
+    self->demonitor(whom);
+#endif
+  }
+
+private:
+  std::shared_ptr<handler> fn_;
+#if CAF_MAJOR_VERSION >= 1
+  std::map<caf::actor_addr, caf::disposable> watched_;
+#endif
+};
+
+/// The behavior `fs...`, with exit messages going to `on_exit` instead of
+/// CAF's default (which ends the actor on any non-normal reason).
+template <class Behavior, class Self, class OnExit, class... Fs>
+Behavior with_exit_handler(Self* self, OnExit on_exit, Fs... fs) {
+#if CAF_MAJOR_VERSION >= 1
+  (void) self;
+  return Behavior{std::move(fs)..., [on_exit](caf::exit_msg& msg) mutable { on_exit(msg); }};
+#else
+  self->set_exit_handler([on_exit](caf::exit_msg& msg) mutable { on_exit(msg); });
+  return Behavior{std::move(fs)...};
+#endif
+}
+
+} // namespace qsp

@@ -1,0 +1,62 @@
+// The deterministic CAF runtime the test kit drives: an actor system whose
+// actors run only when the kit says so, one message at a time, on a clock
+// that moves only when the kit moves it.  Two implementations, selected by
+// the build (testkit/CMakeLists.txt):
+//   runtime_caf017.cpp  CAF 0.17's scheduler::test_coordinator
+//   runtime_caf1.cpp    CAF 1.x: a scheduler, mailbox and clock of our own,
+//                       after CAF's caf::test::fixture::deterministic, so the
+//                       kit needs no CAF test runner (it runs from GoogleTest
+//                       and from CAF's own framework alike)
+// Jobs run in the order their messages arrived, across all actors.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+
+#include "caf/actor_clock.hpp"
+#include "caf/actor_system.hpp"
+#include "caf/actor_system_config.hpp"
+#include "caf/fwd.hpp"
+
+namespace qsp::test {
+
+class runtime {
+public:
+  /// `configure` (if any) runs on the configuration before the system
+  /// exists (a host's own settings); the projection's types are registered.
+  explicit runtime(const std::function<void(caf::actor_system_config&)>& configure = {});
+  ~runtime();
+  runtime(const runtime&) = delete;
+  runtime& operator=(const runtime&) = delete;
+
+  caf::actor_system& system();
+  caf::actor_system_config& config();
+
+  /// Runs one message of the actor whose message is oldest; false if none.
+  bool run_once();
+  /// Runs messages until none is pending (the clock does not move).
+  size_t run();
+  /// Runs one message of the first actor (in arrival order) that has a
+  /// message and matches; false if none does.
+  bool run_first(const std::function<bool(caf::abstract_actor*)>& match);
+  /// The actors with a pending message, oldest first (each once).
+  std::vector<caf::abstract_actor*> pending();
+  /// Every pending message of `whom`, oldest first.
+  void for_each_message(caf::abstract_actor* whom,
+                        const std::function<void(const caf::message&)>& fn);
+
+  /// Moves the clock by `d` and fires every timer due by then (their
+  /// messages then wait to be run).
+  void advance_time(caf::timespan d);
+  caf::actor_clock::time_point now() const;
+
+  /// Drops every pending message and timer (before the system goes away).
+  void drop_all();
+
+private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+} // namespace qsp::test
