@@ -45,7 +45,7 @@ fence_actor::behavior_type identity_fence(fence_actor::stateful_pointer<fence_st
     for (auto& rp : waiting)
       rp.deliver(*r);
   };
-  self->send(self, atom::tick_v);
+  qsp::mail(self, atom::tick_v).send(self);
   return {
     [=](atom::check) -> caf::result<uint64_t> {
       auto& st = self->state;
@@ -60,7 +60,7 @@ fence_actor::behavior_type identity_fence(fence_actor::stateful_pointer<fence_st
           run();
         } else {
           st.delayed = true;
-          self->delayed_send(self, due - now, atom::poll_v);
+          qsp::mail(self, atom::poll_v).delay(due - now).send(self);
         }
       }
       return rp;
@@ -73,7 +73,7 @@ fence_actor::behavior_type identity_fence(fence_actor::stateful_pointer<fence_st
     [=](atom::tick) {
       run();
       if (!self->getf(caf::abstract_actor::is_terminated_flag))
-        self->delayed_send(self, cfg.identity_check_interval, atom::tick_v);
+        qsp::mail(self, atom::tick_v).delay(cfg.identity_check_interval).send(self);
     },
   };
 }

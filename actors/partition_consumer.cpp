@@ -74,14 +74,14 @@ partition_consumer(consumer_actor::stateful_pointer<consumer_state> self, projec
     if (st.poll_queued)
       return;
     st.poll_queued = true;
-    self->send(self, atom::poll_v);
+    qsp::mail(self, atom::poll_v).send(self);
   };
   auto tick_later = [=] {
     auto& st = self->state;
     if (st.tick_queued)
       return;
     st.tick_queued = true;
-    self->delayed_send(self, cfg.idle_poll, atom::tick_v);
+    qsp::mail(self, atom::tick_v).delay(cfg.idle_poll).send(self);
   };
   // Nothing after an undecodable record: stop once what precedes it is
   // confirmed and checkpointed.
@@ -90,7 +90,7 @@ partition_consumer(consumer_actor::stateful_pointer<consumer_state> self, projec
     if (st.stopping)
       return;
     st.stopping = true;
-    self->request(writer, caf::infinite, atom::flush_v, st.partition)
+    qsp::mail(self, atom::flush_v, st.partition).request(writer, caf::infinite)
       .then([=](int64_t) { self->quit(self->state.poison); },
             [=](caf::error& err) { self->quit(std::move(err)); });
   };
@@ -117,7 +117,7 @@ partition_consumer(consumer_actor::stateful_pointer<consumer_state> self, projec
     }
     ++st.in_flight;
     st.sent_end = b->end_offset;
-    self->request(writer, caf::infinite, atom::write_v, std::move(*b))
+    qsp::mail(self, atom::write_v, std::move(*b)).request(writer, caf::infinite)
       .then(
         [=](const checkpoint_advanced&) {
           --self->state.in_flight;
@@ -131,7 +131,7 @@ partition_consumer(consumer_actor::stateful_pointer<consumer_state> self, projec
   caf::weak_actor_ptr weak = self->ctrl();
   st.reader->on_data([weak] {
     if (auto strong = weak.lock())
-      caf::anon_send(caf::actor_cast<caf::actor>(strong), atom::wake_v);
+      qsp::anon_mail(atom::wake_v).send(caf::actor_cast<caf::actor>(strong));
   });
   poll_now();
   return {

@@ -64,14 +64,14 @@ readiness_aggregator(aggregator_actor::stateful_pointer<aggregator_state> self,
   auto announce_if_ready = [=] {
     if (!self->state.announced && self->state.ready()) {
       self->state.announced = true;
-      self->send(supervisor, atom::ready_v);
+      qsp::mail(self, atom::ready_v).send(supervisor);
     }
   };
   announce_if_ready();
   self->state.remaining_at_tick = self->state.remaining();
   if (!self->state.announced) {
     self->state.polling = true;
-    self->delayed_send(self, cfg.progress_interval, atom::poll_v);
+    qsp::mail(self, atom::poll_v).delay(cfg.progress_interval).send(self);
   }
   return {
     [=](atom::assign, const verified_start& added) {
@@ -85,7 +85,7 @@ readiness_aggregator(aggregator_actor::stateful_pointer<aggregator_state> self,
         st.remaining_at_tick = st.remaining();
         if (!st.polling) {
           st.polling = true;
-          self->delayed_send(self, cfg.progress_interval, atom::poll_v);
+          qsp::mail(self, atom::poll_v).delay(cfg.progress_interval).send(self);
         }
       }
     },
@@ -123,7 +123,7 @@ readiness_aggregator(aggregator_actor::stateful_pointer<aggregator_state> self,
       logs->info("catch-up {:.1f}% ({} offsets left, {:.0f} offsets/s, ETA {}):{}", pct, left,
                    rate, eta, parts);
       st.remaining_at_tick = left;
-      self->delayed_send(self, cfg.progress_interval, atom::poll_v);
+      qsp::mail(self, atom::poll_v).delay(cfg.progress_interval).send(self);
     },
     [=](atom::status) -> std::vector<partition_status> {
       auto& st = self->state;

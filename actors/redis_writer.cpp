@@ -418,7 +418,7 @@ void fence_passed(writer_pointer self, aggregator_actor aggregator, uint64_t k) 
     return;
   }
   for (auto& cp : *cps)
-    self->send(aggregator, atom::progress_v, cp);
+    qsp::mail(self, atom::progress_v, cp).send(aggregator);
   answer_flushes(self);
   answer_revokes(self);
 }
@@ -442,7 +442,7 @@ void request_fence(writer_pointer self, fence_actor fence, aggregator_actor aggr
   if (tag < st.fence_requests)
     return; // a request sent after it arrived is still unanswered
   auto k = ++st.fence_requests;
-  self->request(fence, caf::infinite, atom::check_v)
+  qsp::mail(self, atom::check_v).request(fence, caf::infinite)
     .then([=](uint64_t) { fence_passed(self, aggregator, k); },
           [=](caf::error& err) { writer_fail(self, err); });
 }
@@ -492,7 +492,7 @@ redis_writer(writer_actor::stateful_pointer<writer_state> self, projection_setti
       // the next batch goes out while Redis still works on this one.
       if (!st.confirming) {
         st.confirming = true;
-        self->send(self, atom::poll_v);
+        qsp::mail(self, atom::poll_v).send(self);
       }
       auto rp = self->make_response_promise<checkpoint_advanced>();
       st.pending.back().rp = rp;
@@ -552,9 +552,9 @@ redis_writer(writer_actor::stateful_pointer<writer_state> self, projection_setti
                  !*done && spent < std::min(wait, st.confirm_wait)) {
         // The store answered "not yet" without waiting (it cannot block, as
         // in the deterministic tests): try again once confirm_wait has passed.
-        self->delayed_send(self, std::min(wait, st.confirm_wait) - spent, atom::poll_v);
+        qsp::mail(self, atom::poll_v).delay(std::min(wait, st.confirm_wait) - spent).send(self);
       } else {
-        self->send(self, atom::poll_v); // behind the writes that arrived meanwhile
+        qsp::mail(self, atom::poll_v).send(self); // behind the writes that arrived meanwhile
       }
     },
   };

@@ -67,7 +67,7 @@ projection_status snapshot(const supervisor_state& st) {
 void notify(supervisor_pointer self) {
   auto s = snapshot(self->state);
   for (auto& sub : self->state.subscribers)
-    self->send(sub, atom::status_v, s);
+    qsp::mail(self, atom::status_v, s).send(sub);
 }
 
 void transition(supervisor_pointer self, std::string next, const std::string& why) {
@@ -88,7 +88,7 @@ void transition(supervisor_pointer self, std::string next, const std::string& wh
 // the termination hook ends them whatever ends the supervisor.
 template <class Handle>
 void adopt(supervisor_pointer self, const Handle& child) {
-  self->monitor(child);
+  self->state.watch.monitor(self, child);
   self->state.children.insert(child.address());
   self->state.life->children.push_back(caf::actor_cast<caf::actor>(child));
 }
@@ -103,7 +103,7 @@ void stop_children(supervisor_pointer self, caf::error reason, bool watch) {
       if (watch)
         st.dying.insert(h.address());
       else
-        self->demonitor(h.address());
+        st.watch.demonitor(self, h.address());
       self->send_exit(h, reason);
       h = nullptr;
     }
@@ -144,11 +144,11 @@ void fail(supervisor_pointer self, caf::error err) {
   if (auto p = fenced_partition(err))
     if (auto refused = on_fenced(self, *p, describe(err)))
       err = refused;
-  std::string kind = err.category() == caf::atom("qsp") ? to_string(static_cast<ec>(err.code()))
-                                                        : caf::to_string(err);
+  auto code = code_of(err);
+  std::string kind = code ? to_string(*code) : caf::to_string(err);
   st.failures[kind] += 1;
-  if (err.category() == caf::atom("qsp") && err.code() < metrics::error_kinds)
-    st.stats->failures[err.code()] += 1;
+  if (code && static_cast<size_t>(*code) < metrics::error_kinds)
+    st.stats->failures[static_cast<size_t>(*code)] += 1;
   st.last_error = describe(err);
   if (is_refusal(err)) {
     // One full log line per problem (a refusal may list several), each
@@ -189,7 +189,7 @@ void fail(supervisor_pointer self, caf::error err) {
   st.logs->warn("dirty: {}; restarting from the checkpoints in {} ms", st.last_error,
                 wait.count() / 1000);
   transition(self, "dirty", st.last_error);
-  self->delayed_send(self, caf::timespan{wait}, atom::restart_v, st.generation);
+  qsp::mail(self, atom::restart_v, st.generation).delay(caf::timespan{wait}).send(self);
 }
 
 // One consumer per partition of `vs`, reading from its explicit start.
@@ -260,7 +260,7 @@ void start_generation(supervisor_pointer self) {
                                     : self->spawn(metadata_verifier, st.cfg, gen);
   adopt(self, st.verifier);
   auto id = st.generation;
-  self->request(st.verifier, caf::infinite, atom::verify_v)
+  qsp::mail(self, atom::verify_v).request(st.verifier, caf::infinite)
     .then(
       [=](verified_start& vs) {
         if (self->state.generation == id && !self->state.stopping)
@@ -284,7 +284,7 @@ void shutdown_tick(supervisor_pointer self) {
   bool io_done = st.opts.io.expired();
   bool done = st.dying.empty() && io_done;
   if (!done && self->clock().now() < st.shutdown_deadline) {
-    self->delayed_send(self, std::chrono::milliseconds(5), atom::tick_v);
+    qsp::mail(self, atom::tick_v).delay(std::chrono::milliseconds(5)).send(self);
     return;
   }
   if (done) {
@@ -325,7 +325,7 @@ void begin_shutdown(supervisor_pointer self) {
       gone.push_back(owned_status{p, e, "stopped", -1, -1, false});
     st.dying.insert(st.member.address());
     auto member = st.member;
-    self->request(member, st.cfg.shutdown_timeout, atom::revoke_v, std::move(gone))
+    qsp::mail(self, atom::revoke_v, std::move(gone)).request(member, st.cfg.shutdown_timeout)
       .then([=](caf::ok_atom) { self->send_exit(member, caf::exit_reason::user_shutdown); },
             [=](caf::error&) { self->send_exit(member, caf::exit_reason::user_shutdown); });
     st.member = nullptr;
@@ -356,31 +356,31 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
   st.rng.seed(st.opts.seed != 0 ? st.opts.seed
                                  : static_cast<uint64_t>(
                                    self->clock().now().time_since_epoch().count()));
-  self->set_down_handler([=](caf::down_msg& msg) {
+  st.watch.on_down(self, [=](const caf::actor_addr& source, const caf::error& down_reason) {
     auto& st = self->state;
     // A subscriber that terminated: forget it.
     auto sub = std::find_if(st.subscribers.begin(), st.subscribers.end(),
-                            [&](const status_listener& x) { return x.address() == msg.source; });
+                            [&](const status_listener& x) { return x.address() == source; });
     if (sub != st.subscribers.end()) {
       st.subscribers.erase(sub);
       return;
     }
     if (st.stopping) {
-      st.dying.erase(msg.source);
+      st.dying.erase(source);
       return;
     }
-    if (st.dying.erase(msg.source) > 0) {
+    if (st.dying.erase(source) > 0) {
       if (st.regenerating && st.dying.empty())
         finish_regeneration(self);
       return;
     }
-    if (st.children.erase(msg.source) == 0)
+    if (st.children.erase(source) == 0)
       return;
     // A child whose request found its peer (another child) gone: the peer's
     // own down message carries the real reason and fails the generation.
-    if (msg.reason == caf::sec::request_receiver_down)
+    if (down_reason == caf::sec::request_receiver_down)
       return;
-    auto reason = msg.reason ? msg.reason
+    auto reason = down_reason ? down_reason
                              : caf::make_error(ec::unspecified, "a child exited unexpectedly");
     fail(self, reason);
   });
@@ -388,7 +388,7 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
   // actor that died) ends the projection at once, children and blocking
   // calls included (use `shutdown` to learn when all of it has stopped).
   // A normal exit of a linked actor is ignored, as CAF's default handler does.
-  self->set_exit_handler([=](caf::exit_msg& msg) {
+  auto on_exit = [=](caf::exit_msg& msg) {
     auto& st = self->state;
     if (!msg.reason || st.stopping)
       return;
@@ -397,7 +397,7 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
     stop_children(self, msg.reason);
     transition(self, "stopped", "exit message");
     self->quit(msg.reason);
-  });
+  };
   // However the supervisor ends (even by exit_reason::kill, which cannot be
   // trapped), no child and no blocking call of the current generation
   // outlives it.
@@ -451,8 +451,8 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
                                                   st.member_io);
     st.life->member = caf::actor_cast<caf::actor>(st.member);
     st.life->member_io = st.member_io;
-    self->monitor(st.member);
-    self->send(self, atom::heartbeat_v, st.hb_token);
+    st.watch.monitor(self, st.member);
+    qsp::mail(self, atom::heartbeat_v, st.hb_token).send(self);
   }
   if (st.cfg.ownership == ownership_mode::group) {
     auto* sys = &self->system();
@@ -461,7 +461,7 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
     group_events ev;
     ev.assigned = [sys, addr](const std::vector<int32_t>& parts) {
       if (auto sup = caf::actor_cast<caf::actor>(addr))
-        caf::anon_send(caf::actor_cast<projection_actor>(sup), atom::assign_v, parts);
+        qsp::anon_mail(atom::assign_v, parts).send(caf::actor_cast<projection_actor>(sup));
     };
     ev.revoked = [sys, addr, timeout](const std::vector<int32_t>& parts, bool) {
       auto sup = caf::actor_cast<caf::actor>(addr);
@@ -469,22 +469,23 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
         return;
       // The group moves them on only after this returns.
       caf::scoped_actor blocking{*sys};
-      blocking->request(caf::actor_cast<projection_actor>(sup), timeout, atom::revoke_v, parts)
+      qsp::mail(blocking, atom::revoke_v, parts).request(caf::actor_cast<projection_actor>(sup), timeout)
         .receive([](caf::ok_atom) {}, [](caf::error&) {});
     };
     ev.failed = [addr](const caf::error& err) {
       if (auto sup = caf::actor_cast<caf::actor>(addr))
-        caf::anon_send(caf::actor_cast<supervisor_actor>(sup), atom::verify_v, err);
+        qsp::anon_mail(atom::verify_v, err).send(caf::actor_cast<supervisor_actor>(sup));
     };
     auto made = st.ports->make_group_member(std::move(ev));
     if (!made) {
-      self->send(self, atom::verify_v, made.error());
+      qsp::mail(self, atom::verify_v, made.error()).send(self);
     } else {
       st.group = std::move(*made);
     }
   }
-  self->send(self, atom::restart_v, uint64_t{0});
-  return {
+  qsp::mail(self, atom::restart_v, uint64_t{0}).send(self);
+  return with_exit_handler<supervisor_actor::behavior_type>(
+    self, on_exit,
     [=](atom::status) -> caf::result<projection_status> {
       auto rp = self->make_response_promise<projection_status>();
       auto s = snapshot(self->state);
@@ -492,7 +493,7 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
         rp.deliver(s);
         return rp;
       }
-      self->request(self->state.aggregator, std::chrono::seconds(5), atom::status_v)
+      qsp::mail(self, atom::status_v).request(self->state.aggregator, std::chrono::seconds(5))
         .then(
           [=](std::vector<partition_status>& parts) mutable {
             s.partitions = std::move(parts);
@@ -520,15 +521,15 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
                                [&](const status_listener& x) { return x == listener; });
       if (!known) {
         st.subscribers.push_back(listener);
-        self->monitor(listener);
+        st.watch.monitor(self, listener);
       }
-      self->send(listener, atom::status_v, snapshot(st));
+      qsp::mail(self, atom::status_v, snapshot(st)).send(listener);
     },
     [=](atom::unsubscribe, const status_listener& listener) {
       auto& st = self->state;
       auto i = std::find(st.subscribers.begin(), st.subscribers.end(), listener);
       if (i != st.subscribers.end()) {
-        self->demonitor(listener.address());
+        st.watch.demonitor(self, listener.address());
         st.subscribers.erase(i);
       }
     },
@@ -600,7 +601,7 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
         gone.push_back(owned_status{p, e, "revoked", -1, -1, false});
       st.logs->info("revoked partitions {}", core::format_partition_list(dropped));
       if (st.member && !gone.empty())
-        self->request(st.member, caf::infinite, atom::revoke_v, std::move(gone))
+        qsp::mail(self, atom::revoke_v, std::move(gone)).request(st.member, caf::infinite)
           .then([](caf::ok_atom) {}, [](caf::error&) {});
       auto is_dropped = [&](int32_t p) {
         return std::find(dropped.begin(), dropped.end(), p) != dropped.end();
@@ -639,8 +640,7 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
       if (!st.stopping)
         begin_shutdown(self);
       return rp;
-    },
-  };
+    });
 }
 
 caf::expected<projection_actor>

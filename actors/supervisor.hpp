@@ -17,6 +17,7 @@
 #include "caf/typed_event_based_actor.hpp"
 #include "caf/typed_response_promise.hpp"
 #include "messages/actors.hpp"
+#include "qsession/projection/caf_compat.hpp"
 
 namespace qsp {
 
@@ -40,6 +41,8 @@ struct supervisor_state {
   std::map<int32_t, int64_t> true_high;
 
   std::vector<status_listener> subscribers;
+  /// Every monitor of the supervisor, and its one down handler.
+  down_watch watch;
   std::set<caf::actor_addr> children;
   /// Shutdown: children told to exit and not yet down; the requests to
   /// answer once they and the projection's I/O are gone; the deadline.

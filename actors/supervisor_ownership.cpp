@@ -105,7 +105,7 @@ void extend(supervisor_pointer self, std::vector<int32_t> added) {
              "partitions " + core::format_partition_list(added) + " added; the others go on");
   auto gen = st.life->gen;
   auto id = st.generation;
-  self->request(st.verifier, caf::infinite, atom::assign_v, std::move(added))
+  qsp::mail(self, atom::assign_v, std::move(added)).request(st.verifier, caf::infinite)
     .then(
       [=](verified_start& vs) {
         // A failure or refusal meanwhile ended the generation (its answer
@@ -135,8 +135,8 @@ void on_extended(supervisor_pointer self, verified_start vs, std::shared_ptr<gen
     st.logs->info("partition {}: start {} H0 {}", p, start, vs.h0[p]);
   // Both hear of the partitions before any batch of them exists: the
   // consumers spawned below send only after these are in the mailboxes.
-  self->send(st.aggregator, atom::assign_v, vs);
-  self->send(st.writer, atom::assign_v, vs);
+  qsp::mail(self, atom::assign_v, vs).send(st.aggregator);
+  qsp::mail(self, atom::assign_v, vs).send(st.writer);
   if (!spawn_consumers(self, vs, *gen))
     return;
   // Partitions revoked while their addition was verified go again at once.
@@ -162,7 +162,7 @@ void shrink(supervisor_pointer self, const std::vector<int32_t>& dropped,
     if (c == st.consumers.end())
       continue;
     auto addr = c->second.address();
-    self->demonitor(addr);
+    st.watch.demonitor(self, addr);
     st.children.erase(addr);
     auto& kids = st.life->children;
     kids.erase(std::remove_if(kids.begin(), kids.end(),
@@ -171,7 +171,7 @@ void shrink(supervisor_pointer self, const std::vector<int32_t>& dropped,
     self->send_exit(c->second, caf::exit_reason::user_shutdown);
     st.consumers.erase(c);
   }
-  self->send(st.aggregator, atom::revoke_v, dropped);
+  qsp::mail(self, atom::revoke_v, dropped).send(st.aggregator);
   st.draining.insert(dropped.begin(), dropped.end());
   // The writer may fail meanwhile: then nothing of these partitions is
   // written any more either, and the revoke is answered all the same.
@@ -182,7 +182,7 @@ void shrink(supervisor_pointer self, const std::vector<int32_t>& dropped,
         st.draining.erase(i);
     rp.deliver(caf::ok_atom_v);
   };
-  self->request(st.writer, caf::infinite, atom::revoke_v, dropped)
+  qsp::mail(self, atom::revoke_v, dropped).request(st.writer, caf::infinite)
     .then([=](caf::ok_atom) mutable { done(); }, [=](caf::error&) mutable { done(); });
 }
 
@@ -322,14 +322,14 @@ void heartbeat(supervisor_pointer self) {
       heartbeat(self);
       return;
     }
-    self->delayed_send(self, heartbeat_delay(st), atom::heartbeat_v, ++st.hb_token);
+    qsp::mail(self, atom::heartbeat_v, ++st.hb_token).delay(heartbeat_delay(st)).send(self);
   };
   auto timeout = st.cfg.redis.command_timeout + std::chrono::seconds(1);
   auto send = [=](std::vector<partition_status> parts) {
     auto& st = self->state;
     if (st.stopping)
       return;
-    self->request(st.member, timeout, atom::heartbeat_v, published(st, parts))
+    qsp::mail(self, atom::heartbeat_v, published(st, parts)).request(st.member, timeout)
       .then(
         [=](cluster_report& rep) {
           if (self->state.stopping)
@@ -348,7 +348,7 @@ void heartbeat(supervisor_pointer self) {
     send({});
     return;
   }
-  self->request(st.aggregator, timeout, atom::status_v)
+  qsp::mail(self, atom::status_v).request(st.aggregator, timeout)
     .then([=](std::vector<partition_status>& parts) {
             // A generation started meanwhile: its aggregator's H0 is the one to publish.
             send(self->state.generation == id ? std::move(parts)

@@ -20,7 +20,7 @@ namespace {
 caf::expected<projection_status> ask_status(caf::actor_system& sys, const projection_actor& p) {
   caf::scoped_actor self{sys};
   caf::expected<projection_status> result = caf::make_error(ec::shutting_down, "no answer");
-  self->request(p, std::chrono::seconds(5), atom::status_v)
+  qsp::mail(self, atom::status_v).request(p, std::chrono::seconds(5))
     .receive([&](projection_status& s) { result = std::move(s); },
              [&](caf::error& e) { result = std::move(e); });
   return result;
@@ -241,7 +241,7 @@ caf::expected<uint16_t> http_endpoint::start(const std::string& host, uint16_t p
       return;
     }
     caf::scoped_actor self{sys_};
-    self->request(proj_, std::chrono::seconds(10), atom::pull_v, user, limit)
+    qsp::mail(self, atom::pull_v, user, limit).request(proj_, std::chrono::seconds(10))
       .receive(
         [&](session_list& list) {
           nlohmann::json arr = nlohmann::json::array();

@@ -66,7 +66,7 @@ options (config file keys are the same, grouped as [group] key=value):
 )";
 
 int exit_for(const caf::error& err) {
-  if (err.category() == caf::atom("qsp") && err.code() == static_cast<uint8_t>(ec::invalid_config))
+  if (code_of(err) == ec::invalid_config)
     return exit_usage; // e.g. a wrong password, a missing ACL permission
   return is_refusal(err) ? exit_refused : exit_unreachable;
 }
@@ -340,17 +340,17 @@ int cmd_run(caf::actor_system& sys, const app::node_settings& s, bool catch_up_o
     auto port = http->start(s.http_host, s.http_port);
     if (!port) {
       std::cerr << "error: " << describe(port.error()) << '\n';
-      caf::anon_send(*proj, atom::shutdown_v);
+      qsp::anon_mail(atom::shutdown_v).send(*proj);
       return exit_usage;
     }
     logger->info("http on {}:{} (/healthz /readyz /metrics /v1/users/{{user}}/sessions)",
                  s.http_host, *port);
   }
   caf::scoped_actor self{sys};
-  self->send(*proj, atom::subscribe_v, caf::actor_cast<status_listener>(self));
+  qsp::mail(self, atom::subscribe_v, caf::actor_cast<status_listener>(self)).send(*proj);
   app::catch_up_progress progress{progress_opts, std::move(line), logger};
   auto poll_progress = [&] {
-    self->request(*proj, std::chrono::seconds(5), atom::status_v)
+    qsp::mail(self, atom::status_v).request(*proj, std::chrono::seconds(5))
       .receive([&](projection_status& st) { progress.on_status(st); },
                [&](caf::error&) { progress.on_status_error(); });
   };
@@ -398,7 +398,7 @@ int cmd_run(caf::actor_system& sys, const app::node_settings& s, bool catch_up_o
   if (http)
     http->stop();
   self->monitor(*proj);
-  self->send(*proj, atom::shutdown_v);
+  qsp::mail(self, atom::shutdown_v).send(*proj);
   bool down = false;
   for (int i = 0; i < 100 && !down; ++i) {
     self->receive([&](caf::down_msg&) { down = true; },

@@ -14,7 +14,7 @@ node_config::node_config() {
   // the node has a handful of actors, so work-sharing costs nothing in
   // throughput.  `--scheduler.policy=stealing` (or the config file) restores
   // CAF's default (docs/PERFORMANCE.md has the idle cost of both).
-  set("scheduler.policy", caf::atom("sharing"));
+  set_caf_option(*this, "scheduler.policy", "sharing");
   add_options(custom_options_);
   opt_group{custom_options_, "projection"}
     .add(catch_up_max_attempts, "catch-up-max-attempts",

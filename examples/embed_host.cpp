@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
 
   // 3. Subscribe to status pushes; gate PULL_SESSION_LIST on readiness.
   caf::scoped_actor self{sys};
-  self->send(*proj, qsp::atom::subscribe_v, caf::actor_cast<qsp::status_listener>(self));
+  qsp::mail(self, qsp::atom::subscribe_v, caf::actor_cast<qsp::status_listener>(self)).send(*proj);
   int rc = -1;
   while (rc < 0) {
     self->receive([&](qsp::atom::status, const qsp::projection_status& st) {
@@ -50,8 +50,7 @@ int main(int argc, char** argv) {
         std::cerr << "refused: " << st.last_error << '\n';
         rc = 3;
       } else if (st.ready) {
-        self->request(*proj, std::chrono::seconds(10), qsp::atom::pull_v, std::string{argv[8]},
-                      uint32_t{10})
+        qsp::mail(self, qsp::atom::pull_v, std::string{argv[8]}, uint32_t{10}).request(*proj, std::chrono::seconds(10))
           .receive(
             [&](const qsp::session_list& list) {
               for (auto& e : list)
@@ -66,7 +65,7 @@ int main(int argc, char** argv) {
     });
   }
   // 4. Shut down and wait until all of its I/O has stopped.
-  self->request(*proj, std::chrono::seconds(30), qsp::atom::shutdown_v)
+  qsp::mail(self, qsp::atom::shutdown_v).request(*proj, std::chrono::seconds(30))
     .receive([](caf::ok_atom) {},
              [&](const caf::error& err) { std::cerr << qsp::describe(err) << '\n'; });
   return rc;

@@ -18,7 +18,6 @@
 #include <string>
 
 #include "caf/actor.hpp"
-#include "caf/replies_to.hpp"
 #include "caf/typed_actor.hpp"
 
 #include "messages/types.hpp"
@@ -31,11 +30,11 @@ namespace qsp {
 /// starts the dispatch-log consumer (its [low, high] check) and re-checks the
 /// broker identity afterwards.  Answers an ec::refused-family error on any
 /// mismatch, a transient error when a dependency is unreachable.
-using verifier_actor = caf::typed_actor<
-  caf::replies_to<atom::verify>::with<verified_start>,
+using verifier_actor = qsp::typed_actor<
+  caf::result<verified_start>(atom::verify),
   /// docs/DESIGN.md §12, "Decision — handover": verifies partitions added to the
   /// running generation (claims, §4 checks) and adds them to its consumer.
-  caf::replies_to<atom::assign, std::vector<int32_t>>::with<verified_start>>;
+  caf::result<verified_start>(atom::assign, std::vector<int32_t>)>;
 
 /// Projects batches: coalesced, pipelined ZADD GT for every recipient, sent
 /// while earlier batches still await their replies.  Answers a batch once
@@ -53,12 +52,12 @@ using verifier_actor = caf::typed_actor<
 /// further batches of partitions and answers once none of theirs is in
 /// flight any more (confirmed and checkpointed, or failed with no
 /// checkpoint), after their consumer fetches stopped.
-using writer_actor = caf::typed_actor<
-  caf::replies_to<atom::write, partition_batch>::with<checkpoint_advanced>,
-  caf::replies_to<atom::flush, int32_t>::with<int64_t>,
-  caf::reacts_to<atom::poll>,
-  caf::reacts_to<atom::assign, verified_start>,
-  caf::replies_to<atom::revoke, std::vector<int32_t>>::with<caf::ok_atom>>;
+using writer_actor = qsp::typed_actor<
+  caf::result<checkpoint_advanced>(atom::write, partition_batch),
+  caf::result<int64_t>(atom::flush, int32_t),
+  caf::result<void>(atom::poll),
+  caf::result<void>(atom::assign, verified_start),
+  caf::result<caf::ok_atom>(atom::revoke, std::vector<int32_t>)>;
 
 /// The run-time identity fence (docs/DESIGN.md §4): re-checks cluster id, topic
 /// id and partition count every identity-check-interval, and on request.
@@ -66,35 +65,35 @@ using writer_actor = caf::typed_actor<
 /// after the request arrived (checks run at most one per min gap).  A changed
 /// identity ends it with ec::identity_changed (a refusal); an unanswered
 /// check ends it with a transient error.
-using fence_actor = caf::typed_actor<
-  caf::replies_to<atom::check>::with<uint64_t>,
-  caf::reacts_to<atom::tick>,   ///< the periodic check (self)
-  caf::reacts_to<atom::poll>>;  ///< a delayed on-demand check (self)
+using fence_actor = qsp::typed_actor<
+  caf::result<uint64_t>(atom::check),
+  caf::result<void>(atom::tick),   ///< the periodic check (self)
+  caf::result<void>(atom::poll)>;  ///< a delayed on-demand check (self)
 
 /// Serves PULL_SESSION_LIST reads on its own Redis connection, never behind
 /// the write pipeline.  A failed read answers the error (and reconnects on
 /// the next read); it never ends the reader.
-using reader_actor = caf::typed_actor<
-  caf::replies_to<atom::sessions, std::string, uint32_t>::with<session_list>>;
+using reader_actor = qsp::typed_actor<
+  caf::result<session_list>(atom::sessions, std::string, uint32_t)>;
 
 /// Polls one partition of the dispatch log when woken (records arrived, a
 /// confirmation, or the idle tick), decodes, and hands bounded batches to the
 /// writer, at most projection.max-batches-in-flight unconfirmed.
-using consumer_actor = caf::typed_actor<
-  caf::reacts_to<atom::poll>,   ///< poll now (self)
-  caf::reacts_to<atom::tick>,   ///< the idle timer (self)
-  caf::reacts_to<atom::wake>>;  ///< records arrived (the reader's data callback)
+using consumer_actor = qsp::typed_actor<
+  caf::result<void>(atom::poll),   ///< poll now (self)
+  caf::result<void>(atom::tick),   ///< the idle timer (self)
+  caf::result<void>(atom::wake)>;  ///< records arrived (the reader's data callback)
 
 /// Compares every partition's checkpoint with this start's H0 and tells the
 /// supervisor once when all have reached it.  H0 never moves.  `assign`
 /// adds partitions with their own H0 (the supervisor hears `ready` again
 /// once they reached it too); `revoke` forgets partitions.
-using aggregator_actor = caf::typed_actor<
-  caf::reacts_to<atom::progress, checkpoint_advanced>,
-  caf::reacts_to<atom::poll>,
-  caf::replies_to<atom::status>::with<std::vector<partition_status>>,
-  caf::reacts_to<atom::assign, verified_start>,
-  caf::reacts_to<atom::revoke, std::vector<int32_t>>>;
+using aggregator_actor = qsp::typed_actor<
+  caf::result<void>(atom::progress, checkpoint_advanced),
+  caf::result<void>(atom::poll),
+  caf::result<std::vector<partition_status>>(atom::status),
+  caf::result<void>(atom::assign, verified_start),
+  caf::result<void>(atom::revoke, std::vector<int32_t>)>;
 
 /// The cluster heartbeat (clustered ownership modes, docs/DESIGN.md §12), on a
 /// Redis connection of its own that outlives generations: `heartbeat`
@@ -103,9 +102,9 @@ using aggregator_actor = caf::typed_actor<
 /// partitions this node gave up (partition + epoch).  A Redis error is
 /// reported in the answer (no view: the namespace counts as not ready) and
 /// the next call reconnects; it never ends the actor.
-using member_actor = caf::typed_actor<
-  caf::replies_to<atom::heartbeat, std::vector<owned_status>>::with<cluster_report>,
-  caf::replies_to<atom::revoke, std::vector<owned_status>>::with<caf::ok_atom>>;
+using member_actor = qsp::typed_actor<
+  caf::result<cluster_report>(atom::heartbeat, std::vector<owned_status>),
+  caf::result<caf::ok_atom>(atom::revoke, std::vector<owned_status>)>;
 
 /// The supervisor: the public handle (qsession/projection/projection.hpp)
 /// plus what only its own children and timers send it.  `ready` comes from
@@ -114,12 +113,12 @@ using member_actor = caf::typed_actor<
 /// `repeat` pushes the current status to every subscriber again (a push may
 /// repeat the previous one, docs/EMBEDDING.md: the test kit's
 /// repeat_status() lets a host test that it compares rather than counts).
-using supervisor_actor = projection_actor::extend<
-  caf::reacts_to<atom::ready>,
-  caf::reacts_to<atom::restart, uint64_t>,
-  caf::reacts_to<atom::tick>,
-  caf::reacts_to<atom::repeat>,
-  caf::reacts_to<atom::heartbeat, uint64_t>, ///< the cluster heartbeat's timer (its token)
-  caf::reacts_to<atom::verify, caf::error>>; ///< the group membership failed
+using supervisor_actor = qsp::extend_t<projection_actor, 
+  caf::result<void>(atom::ready),
+  caf::result<void>(atom::restart, uint64_t),
+  caf::result<void>(atom::tick),
+  caf::result<void>(atom::repeat),
+  caf::result<void>(atom::heartbeat, uint64_t), ///< the cluster heartbeat's timer (its token)
+  caf::result<void>(atom::verify, caf::error)>; ///< the group membership failed
 
 } // namespace qsp

@@ -37,16 +37,23 @@ bool is_refusal(ec x) {
   }
 }
 
+std::optional<ec> code_of(const caf::error& x) {
+  if (!in_category<ec>(x))
+    return std::nullopt;
+  return static_cast<ec>(x.code());
+}
+
 bool is_refusal(const caf::error& x) {
-  return x.category() == caf::atom("qsp") && is_refusal(static_cast<ec>(x.code()));
+  auto code = code_of(x);
+  return code && is_refusal(*code);
 }
 
 std::string describe(const caf::error& x) {
   if (!x)
     return "no error";
   std::string code;
-  if (x.category() == caf::atom("qsp"))
-    code = to_string(static_cast<ec>(x.code()));
+  if (auto c = code_of(x))
+    code = to_string(*c);
   else
     code = caf::to_string(x);
   auto& ctx = x.context();
@@ -60,8 +67,7 @@ caf::error make_fenced(int32_t partition, std::string text) {
 }
 
 std::optional<int32_t> fenced_partition(const caf::error& x) {
-  // (CAF 0.17: category() of an empty error dereferences null.)
-  if (!x || x.category() != caf::atom("qsp") || static_cast<ec>(x.code()) != ec::fenced)
+  if (code_of(x) != ec::fenced)
     return std::nullopt;
   auto& ctx = x.context();
   if (ctx.size() != 2 || !ctx.match_element<int32_t>(1))

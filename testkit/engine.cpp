@@ -30,34 +30,18 @@ projection_options deterministic(uint64_t seed) {
   return opts;
 }
 
-caf::actor_system_config&
-testing_config(caf::actor_system_config& cfg,
-               const std::function<void(caf::actor_system_config&)>& configure) {
-  if (configure)
-    configure(cfg);
-  register_types(cfg);
-  cfg.set("logger.file-verbosity", caf::atom("quiet"));
-  cfg.set("logger.console-verbosity", caf::atom("quiet"));
-  cfg.set("scheduler.policy", caf::atom("testing"));
-  return cfg;
-}
-
 bool has_code(const caf::error& err, ec code) {
-  return err.category() == caf::atom("qsp") && err.code() == static_cast<uint8_t>(code);
+  return code_of(err) == code;
 }
 
 // -- engine ----------------------------------------------------------------------
 
 engine::engine(int32_t partitions, std::function<void(caf::actor_system_config&)> configure)
-  : sys(testing_config(cfg, configure)),
+  : rt(configure),
+    sys(rt.system()),
     self(sys, true),
-    sched(dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler())),
     world(make_world(partitions)),
     ports(make_fake_ports(world)) {
-  // As CAF's test_coordinator_fixture: each batch item takes 1us, and the
-  // clock does not start at 0.
-  sched.clock().time_per_unit.emplace(caf::atom("batch"), caf::timespan{1000});
-  sched.clock().current_time += std::chrono::hours(1);
   settings.topic = world->topic;
   settings.ns = world->ns;
   settings.max_batch_records = 100;
@@ -75,18 +59,15 @@ engine::engine(int32_t partitions, std::function<void(caf::actor_system_config&)
 engine::~engine() {
   report();
   if (proj) {
-    caf::anon_send(proj, atom::shutdown_v);
-    sched.run();
+    qsp::anon_mail(atom::shutdown_v).send(proj);
+    rt.run();
   }
   if (listener) {
     caf::anon_send_exit(listener, caf::exit_reason::user_shutdown);
     listener = nullptr;
   }
   proj = nullptr;
-  sched.run();
-  // Actors a test spawned and left running (a host's own) must not keep
-  // the system's destructor waiting for ever: nothing runs them any more.
-  sys.await_actors_before_shutdown(false);
+  rt.run();
   std::lock_guard<std::recursive_mutex> g{world->mtx};
   world->now_ms = nullptr;
 }
@@ -95,7 +76,7 @@ int64_t engine::wall_ms() const {
   // 2023-11-14T22:13:20Z plus the simulated time.
   return 1700000000000
          + std::chrono::duration_cast<std::chrono::milliseconds>(
-             sched.clock().now().time_since_epoch())
+             rt.now().time_since_epoch())
              .count();
 }
 
@@ -120,7 +101,7 @@ void engine::start(projection_options opts) {
   }
   proj = *p;
   note("projection started");
-  self->send(proj, atom::subscribe_v, caf::actor_cast<status_listener>(listener));
+  qsp::mail(self, atom::subscribe_v, caf::actor_cast<status_listener>(listener)).send(proj);
 }
 
 void engine::fill(int32_t p, int n, int users) {
@@ -242,7 +223,7 @@ void engine::shard_failed_over(int32_t shard) {
 bool engine::drive(const std::function<bool()>& done, size_t ticks, bool quiet) {
   for (size_t i = 0; i <= ticks; ++i) {
     size_t jobs = 0;
-    while (violations.empty() && !done() && jobs < 1000000 && sched.try_run_once()) {
+    while (violations.empty() && !done() && jobs < 1000000 && rt.run_once()) {
       ++jobs;
       after_job();
     }
@@ -252,7 +233,7 @@ bool engine::drive(const std::function<bool()>& done, size_t ticks, bool quiet) 
       break;
     if (done())
       return true;
-    sched.advance_time(settings.idle_poll);
+    rt.advance_time(settings.idle_poll);
   }
   if (done() && violations.empty())
     return true;
@@ -263,17 +244,17 @@ bool engine::drive(const std::function<bool()>& done, size_t ticks, bool quiet) 
 }
 
 void engine::run_jobs() {
-  while (violations.empty() && sched.try_run_once())
+  while (violations.empty() && rt.run_once())
     after_job();
   if (!check_every_job)
     check_invariants();
 }
 
 void engine::run_for(caf::timespan d, caf::timespan step) {
-  auto until = sched.clock().now() + d;
-  while (violations.empty() && sched.clock().now() < until) {
+  auto until = rt.now() + d;
+  while (violations.empty() && rt.now() < until) {
     run_jobs();
-    sched.advance_time(std::min<caf::timespan>(step, until - sched.clock().now()));
+    rt.advance_time(std::min<caf::timespan>(step, until - rt.now()));
   }
   run_jobs();
 }
@@ -343,7 +324,7 @@ std::string engine::violations_text() const {
 void engine::note(const std::string& what) {
   char stamp[32];
   auto ms = std::chrono::duration_cast<std::chrono::microseconds>(
-              sched.clock().now().time_since_epoch() - std::chrono::hours(1))
+              rt.now().time_since_epoch() - std::chrono::hours(1))
               .count();
   std::snprintf(stamp, sizeof stamp, "[%9.3f ms] ", static_cast<double>(ms) / 1000.0);
   journal_.push_back(stamp + what);

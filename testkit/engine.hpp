@@ -1,11 +1,11 @@
 // The test kit's engine: a whole projection on CAF's deterministic
-// test_coordinator over the simulated world (testkit/fakes.hpp), with the
+// runtime (testkit/runtime.hpp) over the simulated world (testkit/fakes.hpp), with the
 // invariant checker.  The public qsp::testkit::kit (testkit.hpp) is a facade
 // over it; the project's own actor tests (tests/actor/fixture.hpp) use it
 // directly for fine-grained access to the world.  It needs no test
 // framework: failures go to on_failure(), which the CAF fixture overrides.
 //
-// Drive the system with drive()/run_for() (never sched.run(): consumers
+// Drive the system with drive()/run_for() (never rt.run(): consumers
 // re-arm an idle-poll timer and the aggregator a progress timer, so run()
 // would not return).  Both check the safety invariants after every job (or,
 // with check_every_job off, after every tick of simulated time):
@@ -43,7 +43,6 @@
 #include "caf/actor_system.hpp"
 #include "caf/actor_system_config.hpp"
 #include "caf/event_based_actor.hpp"
-#include "caf/scheduler/test_coordinator.hpp"
 #include "caf/scoped_actor.hpp"
 
 #include "actors/projection.hpp"
@@ -51,6 +50,7 @@
 #include "messages/log.hpp"
 #include "qsession/projection/projection.hpp"
 #include "testkit/fakes.hpp"
+#include "testkit/runtime.hpp"
 
 namespace qsp::test {
 
@@ -69,17 +69,13 @@ caf::behavior status_recorder(caf::event_based_actor*,
 template <class T, class... Ts>
 void prober(caf::event_based_actor* self, std::shared_ptr<std::optional<caf::expected<T>>> res,
             projection_actor target, Ts... xs) {
-  self->request(target, caf::infinite, xs...)
+  qsp::mail(self, xs...)
+    .request(target, caf::infinite)
     .then([=](T& x) { *res = std::move(x); }, [=](caf::error& e) { *res = std::move(e); });
 }
 
 /// Blocking adapters on the scheduler (the fakes never block), seed 42.
 projection_options deterministic(uint64_t seed = 42);
-
-/// Sets up `cfg` for the deterministic scheduler and registers the
-/// projection's types; `configure` (if any) runs first (a host's own types).
-caf::actor_system_config& testing_config(caf::actor_system_config& cfg,
-                                         const std::function<void(caf::actor_system_config&)>& configure);
 
 struct engine {
   explicit engine(int32_t partitions = 3,
@@ -88,10 +84,11 @@ struct engine {
   engine(const engine&) = delete;
   engine& operator=(const engine&) = delete;
 
-  caf::actor_system_config cfg;
-  caf::actor_system sys;
+  /// The deterministic runtime (CAF 0.17's test_coordinator or, on CAF
+  /// 1.x, the kit's own scheduler) and its system.
+  runtime rt;
+  caf::actor_system& sys;
   caf::scoped_actor self;
-  caf::scheduler::test_coordinator& sched;
 
   std::shared_ptr<fake_world> world;
   std::shared_ptr<fake_port_factory> ports;
@@ -197,7 +194,7 @@ struct engine {
   caf::expected<T> ask(Ts... xs) {
     auto res = std::make_shared<std::optional<caf::expected<T>>>();
     sys.spawn(prober<T, Ts...>, res, proj, xs...);
-    for (size_t i = 0; i < 1000000 && !*res && sched.try_run_once(); ++i)
+    for (size_t i = 0; i < 1000000 && !*res && rt.run_once(); ++i)
       after_job();
     if (!*res)
       return caf::make_error(ec::unspecified, "test: no answer");
@@ -211,7 +208,7 @@ struct engine {
     sys.spawn(prober<T, Ts...>, res, target, xs...);
     auto until = now() + limit;
     while (!*res && violations.empty()) {
-      if (sched.try_run_once()) {
+      if (rt.run_once()) {
         after_job();
         continue;
       }
@@ -219,7 +216,7 @@ struct engine {
         check_invariants();
       if (now() >= until)
         break;
-      sched.advance_time(settings.idle_poll);
+      rt.advance_time(settings.idle_poll);
     }
     report();
     if (!*res)
@@ -261,7 +258,7 @@ struct engine {
     lost_checked_.clear();
     sessions_dirty_ = true;
   }
-  caf::actor_clock::time_point now() { return sched.clock().now(); }
+  caf::actor_clock::time_point now() { return rt.now(); }
   /// Simulated Unix milliseconds (the projection's wall clock).
   int64_t wall_ms() const;
 

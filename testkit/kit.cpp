@@ -30,8 +30,8 @@ std::string list(const std::vector<int32_t>& xs) {
 void ownership_request(caf::event_based_actor* self, std::shared_ptr<std::string> answer,
                        projection_actor target, bool assign, std::vector<int32_t> parts) {
   auto what = std::string{assign ? "assign " : "revoke "} + list(parts);
-  auto req = assign ? self->request(target, caf::infinite, atom::assign_v, parts)
-                    : self->request(target, caf::infinite, atom::revoke_v, parts);
+  auto req = assign ? qsp::mail(self, atom::assign_v, parts).request(target, caf::infinite)
+                    : qsp::mail(self, atom::revoke_v, parts).request(target, caf::infinite);
   req.then([answer, what](caf::ok_atom) { *answer = what + " answered ok"; },
            [answer, what](caf::error& e) { *answer = what + " answered " + describe(e); });
 }
@@ -40,17 +40,8 @@ void ownership_request(caf::event_based_actor* self, std::shared_ptr<std::string
 /// kit's only look into CAF's scheduler beyond driving it: which actors
 /// still hold a status push.)
 template <class... Ts>
-bool holds(caf::resumable* job) {
-  auto a = dynamic_cast<caf::scheduled_actor*>(job);
-  if (a == nullptr)
-    return false;
-  bool found = false;
-  a->mailbox().peek(); // moves what arrived into the queue peek_all sees
-  a->mailbox().queue().peek_all([&found](const caf::mailbox_element& x) {
-    if (!found && x.content().match_elements<Ts...>())
-      found = true;
-  });
-  return found;
+bool holds(caf::abstract_actor*, const caf::message& msg) {
+  return msg.match_elements<Ts...>();
 }
 
 } // namespace
@@ -88,8 +79,10 @@ struct kit::impl : engine {
   void on_job() override {
     if (!listener)
       return;
-    for (int i = 0; i < 10000 && sched.prioritize(listener); ++i)
-      sched.run_once();
+    auto target = caf::actor_cast<caf::abstract_actor*>(listener);
+    for (int i = 0; i < 10000 && rt.run_first_of([&](caf::abstract_actor* a) { return a == target; });
+         ++i)
+      ;
   }
 
   /// Runs the actors that still hold a status push (a host's listeners),
@@ -98,12 +91,8 @@ struct kit::impl : engine {
   /// the pushes the kit's view has.
   void deliver_pushes() {
     for (size_t n = 0; n < 100000 && violations.empty(); ++n) {
-      auto& jobs = sched.jobs;
-      auto i = std::find_if(jobs.begin(), jobs.end(), holds<atom::status, projection_status>);
-      if (i == jobs.end())
+      if (!rt.run_first(holds<atom::status, projection_status>))
         break;
-      std::rotate(jobs.begin(), i, i + 1);
-      sched.run_once();
       after_job();
     }
     report();
@@ -200,7 +189,7 @@ bool kit::stop() {
   auto res = d_->ask_timed<caf::ok_atom>(d_->settings.shutdown_timeout + std::chrono::seconds{1},
                                          atom::shutdown_v);
   // A projection that already ended (the actor is gone) has nothing to stop.
-  if (!res && res.error().category() == caf::atom("qsp"))
+  if (!res && code_of(res.error()))
     d_->soft.push_back("stop: " + describe(res.error()));
   d_->proj = nullptr;
   d_->run_jobs();
@@ -277,7 +266,7 @@ bool kit::run_until(const std::function<bool()>& done, caf::timespan limit) {
 }
 
 caf::timespan kit::elapsed() const {
-  return d_->sched.clock().now().time_since_epoch() - std::chrono::hours(1);
+  return d_->rt.now().time_since_epoch() - std::chrono::hours(1);
 }
 
 int64_t kit::wall_ms() const { return d_->wall_ms(); }
@@ -316,16 +305,16 @@ void kit::repeat_status(int times) {
            + (times == 1 ? "" : "s"));
   auto sup = caf::actor_cast<supervisor_actor>(d_->proj);
   for (int i = 0; i < times; ++i)
-    caf::anon_send(sup, atom::repeat_v);
+    qsp::anon_mail(atom::repeat_v).send(sup);
   // Only the projection's supervisor runs (until it took the requests),
   // then the pushes are delivered: nothing else moves.
+  auto target = caf::actor_cast<caf::abstract_actor*>(d_->proj);
   for (size_t n = 0; n < 100000 && d_->violations.empty()
-                     && d_->sched.prioritize(d_->proj)
-                     && holds<atom::repeat>(&d_->sched.next_job());
-       ++n) {
-    d_->sched.run_once();
+                     && d_->rt.run_first([&](caf::abstract_actor* a, const caf::message& m) {
+                          return a == target && holds<atom::repeat>(a, m);
+                        });
+       ++n)
     d_->after_job();
-  }
   d_->deliver_pushes();
 }
 

@@ -37,14 +37,14 @@ public:
   bool run_once();
   /// Runs messages until none is pending (the clock does not move).
   size_t run();
-  /// Runs one message of the first actor (in arrival order) that has a
-  /// message and matches; false if none does.
-  bool run_first(const std::function<bool(caf::abstract_actor*)>& match);
-  /// The actors with a pending message, oldest first (each once).
-  std::vector<caf::abstract_actor*> pending();
-  /// Every pending message of `whom`, oldest first.
-  void for_each_message(caf::abstract_actor* whom,
-                        const std::function<void(const caf::message&)>& fn);
+  /// Looks at the actors with pending messages in the order they would
+  /// run, and runs the oldest message of the first one for which `match`
+  /// holds for one of its pending messages; false if none does.
+  bool run_first(const std::function<bool(caf::abstract_actor*, const caf::message&)>& match);
+  /// Same, matching on the actor alone.
+  bool run_first_of(const std::function<bool(caf::abstract_actor*)>& match);
+  /// True if an actor has a pending message.
+  bool has_pending();
 
   /// Moves the clock by `d` and fires every timer due by then (their
   /// messages then wait to be run).

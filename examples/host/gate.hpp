@@ -25,7 +25,6 @@
 #include "caf/atom.hpp"
 #include "caf/actor_system.hpp"
 #include "caf/system_messages.hpp"
-#include "caf/replies_to.hpp"
 #include "caf/result.hpp"
 #include "caf/sec.hpp"
 #include "caf/typed_actor.hpp"
@@ -67,10 +66,10 @@ using alert_fn = std::function<void(const std::string&, const std::string&)>;
 /// The gate's interface: clients pull; `health` is the gate's view
 /// ("unknown", "waiting", "ready", "refused"); the projection pushes its
 /// status (the gate is its status listener).
-using gate_actor = caf::typed_actor<
-  caf::replies_to<atom::pull, std::string, uint32_t>::with<qsp::session_list>,
-  caf::replies_to<atom::health>::with<std::string>,
-  caf::reacts_to<qsp::atom::status, qsp::projection_status>>;
+using gate_actor = qsp::typed_actor<
+  caf::result<qsp::session_list>(atom::pull, std::string, uint32_t),
+  caf::result<std::string>(atom::health),
+  caf::result<void>(qsp::atom::status, qsp::projection_status)>;
 
 struct gate_state {
   static inline const char* name = "host-gate";
@@ -79,15 +78,16 @@ struct gate_state {
   std::string state;       ///< the projection's state in the last push
   std::string last_error;  ///< its last error in the last push
   bool alerted = false;
+  qsp::down_watch watch;   ///< the projection: the gate ends with it
 };
 
 inline gate_actor::behavior_type gate(gate_actor::stateful_pointer<gate_state> self,
                                       std::string tenant, qsp::projection_actor proj,
                                       alert_fn alert, caf::timespan timeout) {
   self->state.tenant = std::move(tenant);
-  self->monitor(proj);
-  self->set_down_handler([self](caf::down_msg&) { self->quit(); });
-  self->send(proj, qsp::atom::subscribe_v, caf::actor_cast<qsp::status_listener>(self));
+  self->state.watch.on_down(self, [self](const caf::actor_addr&, const caf::error&) { self->quit(); });
+  self->state.watch.monitor(self, proj);
+  qsp::mail(self, qsp::atom::subscribe_v, caf::actor_cast<qsp::status_listener>(self)).send(proj);
   return {
     [self, alert](qsp::atom::status, const qsp::projection_status& st) {
       auto& s = self->state;
@@ -111,11 +111,10 @@ inline gate_actor::behavior_type gate(gate_actor::stateful_pointer<gate_state> s
       auto rp = self->make_response_promise<qsp::session_list>();
       auto name = s.tenant;
       auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
-      self->request(proj, timeout, qsp::atom::pull_v, user, limit)
+      qsp::mail(self, qsp::atom::pull_v, user, limit).request(proj, timeout)
         .then([rp](qsp::session_list& xs) mutable { rp.deliver(std::move(xs)); },
               [rp, name, ms](caf::error& err) mutable {
-                if (err.category() == caf::atom("qsp")
-                    && err.code() == static_cast<uint8_t>(qsp::ec::not_ready))
+                if (qsp::code_of(err) == qsp::ec::not_ready)
                   rp.deliver(std::move(err));
                 else if (err == caf::sec::request_timeout)
                   rp.deliver(caf::make_error(qsp::ec::not_ready,

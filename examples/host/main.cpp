@@ -42,9 +42,9 @@
 namespace host {
 
 /// The host's own actor: answers its own `status` and `ping`.
-using service_actor = caf::typed_actor<
-  caf::replies_to<atom::status>::with<cache_entry>,
-  caf::replies_to<atom::ping, int64_t>::with<int64_t>>;
+using service_actor = qsp::typed_actor<
+  caf::result<cache_entry>(atom::status),
+  caf::result<int64_t>(atom::ping, int64_t)>;
 
 service_actor::behavior_type service(service_actor::pointer) {
   return {
@@ -110,7 +110,7 @@ struct tenant {
 bool wait_ready(caf::scoped_actor& self, const std::vector<tenant*>& ts) {
   std::map<std::string, bool> ready;
   for (auto* t : ts)
-    self->send(t->handle, qsp::atom::subscribe_v, caf::actor_cast<qsp::status_listener>(self));
+    qsp::mail(self, qsp::atom::subscribe_v, caf::actor_cast<qsp::status_listener>(self)).send(t->handle);
   for (;;) {
     bool refused = false;
     self->receive([&](qsp::atom::status, const qsp::projection_status& st) {
@@ -130,8 +130,7 @@ bool wait_ready(caf::scoped_actor& self, const std::vector<tenant*>& ts) {
     if (ready.size() == ts.size()
         && std::all_of(ready.begin(), ready.end(), [](auto& kv) { return kv.second; })) {
       for (auto* t : ts)
-        self->send(t->handle, qsp::atom::unsubscribe_v,
-                   caf::actor_cast<qsp::status_listener>(self));
+        qsp::mail(self, qsp::atom::unsubscribe_v, caf::actor_cast<qsp::status_listener>(self)).send(t->handle);
       return true;
     }
   }
@@ -144,7 +143,7 @@ void print_sessions(caf::scoped_actor& self, tenant& t, const std::string& user)
     std::cout << "refused tenant=" << name << " error=" << error << std::endl;
   };
   auto g = spawn_gate(self->system(), t.name, t.handle, alert, std::chrono::seconds(10));
-  self->request(g, std::chrono::seconds(15), atom::pull_v, user, uint32_t{1000})
+  qsp::mail(self, atom::pull_v, user, uint32_t{1000}).request(g, std::chrono::seconds(15))
     .receive(
       [&](const qsp::session_list& list) {
         std::cout << "sessions tenant=" << t.name << " count=" << list.size() << std::endl;
@@ -161,7 +160,7 @@ void print_sessions(caf::scoped_actor& self, tenant& t, const std::string& user)
 bool shutdown(caf::scoped_actor& self, tenant& t) {
   bool ok = false;
   auto t0 = clock::now();
-  self->request(t.handle, std::chrono::seconds(60), qsp::atom::shutdown_v)
+  qsp::mail(self, qsp::atom::shutdown_v).request(t.handle, std::chrono::seconds(60))
     .receive([&](caf::ok_atom) { ok = true; },
              [&](const caf::error& err) {
                std::cout << "shutdown-error tenant=" << t.name << " error=" << qsp::describe(err)
@@ -279,7 +278,7 @@ int run(caf::actor_system& sys, config& cfg) {
     std::vector<int64_t> us;
     for (int64_t i = 0; i < cfg.pings; ++i) {
       auto t0 = clock::now();
-      self->request(svc, std::chrono::seconds(10), host::atom::ping_v, i)
+      qsp::mail(self, host::atom::ping_v, i).request(svc, std::chrono::seconds(10))
         .receive([](int64_t) {}, [](const caf::error&) {});
       us.push_back(
         std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - t0).count());
@@ -288,7 +287,7 @@ int run(caf::actor_system& sys, config& cfg) {
     }
     std::sort(us.begin(), us.end());
     for (auto& t : ts)
-      self->request(t.handle, std::chrono::seconds(10), qsp::atom::status_v)
+      qsp::mail(self, qsp::atom::status_v).request(t.handle, std::chrono::seconds(10))
         .receive(
           [&](const qsp::projection_status& st) {
             std::cout << "state tenant=" << t.name << " state=" << st.state
@@ -297,7 +296,7 @@ int run(caf::actor_system& sys, config& cfg) {
           [](const caf::error&) {});
     std::cout << "pings=" << us.size() << " p50_us=" << us[us.size() / 2]
               << " p99_us=" << us[us.size() * 99 / 100] << " max_us=" << us.back() << std::endl;
-    self->request(svc, std::chrono::seconds(10), host::atom::status_v)
+    qsp::mail(self, host::atom::status_v).request(svc, std::chrono::seconds(10))
       .receive([](const cache_entry& e) { std::cout << "host-status " << e.key << "=" << e.value << std::endl; },
                [](const caf::error&) {});
     return stop_all() ? 0 : 1;

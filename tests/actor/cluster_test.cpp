@@ -65,8 +65,8 @@ struct fixture : projection_fixture {
 
   ~fixture() override {
     for (auto& p : peers)
-      caf::anon_send(p, atom::shutdown_v);
-    sched.run();
+      qsp::anon_mail(atom::shutdown_v).send(p);
+    rt.run();
   }
 
   /// Status notifications in state "verifying" from index `since` on.
@@ -200,7 +200,7 @@ CAF_TEST(an assign while a verification is running restarts it with both partiti
     sent = true;
     CAF_CHECK_EQUAL(owner_field(0, "epoch").value_or(""), "1");
     // Into the mailbox now, ahead of the verifier's answer.
-    caf::anon_send(proj, atom::assign_v, parts{1});
+    qsp::anon_mail(atom::assign_v, parts{1}).send(proj);
   };
   sys.spawn(prober<caf::ok_atom, atom::assign, parts>, r0, proj, atom::assign_v, parts{0});
   CAF_REQUIRE(drive([&] { return *r0 && sent; }));
@@ -548,9 +548,8 @@ CAF_TEST(a refusal during a regeneration is not undone by the next generation) {
   start();
   // Not running yet (verifying): the assign regenerates.  The final error
   // comes before the scheduler runs the children's down messages.
-  caf::anon_send(proj, atom::assign_v, parts{1});
-  caf::anon_send(caf::actor_cast<supervisor_actor>(proj), atom::verify_v,
-                 caf::make_error(ec::invalid_config, "test: the group membership failed"));
+  qsp::anon_mail(atom::assign_v, parts{1}).send(proj);
+  qsp::anon_mail(atom::verify_v, caf::make_error(ec::invalid_config, "test: the group membership failed")).send(caf::actor_cast<supervisor_actor>(proj));
   CAF_REQUIRE(drive_to("refused"));
   run_for(2s);
   CAF_CHECK_EQUAL(state(), "refused");
@@ -567,9 +566,8 @@ CAF_TEST(a refusal during an incremental assign is not undone by its verificatio
   h0 = {{0, 5}};
   CAF_REQUIRE(drive([&] { return world->checkpoint(0) == std::optional<int64_t>{5}; }));
   CAF_REQUIRE(drive_to("ready"));
-  caf::anon_send(proj, atom::assign_v, parts{1});
-  caf::anon_send(caf::actor_cast<supervisor_actor>(proj), atom::verify_v,
-                 caf::make_error(ec::invalid_config, "test: the group membership failed"));
+  qsp::anon_mail(atom::assign_v, parts{1}).send(proj);
+  qsp::anon_mail(atom::verify_v, caf::make_error(ec::invalid_config, "test: the group membership failed")).send(caf::actor_cast<supervisor_actor>(proj));
   CAF_REQUIRE(drive_to("refused"));
   run_for(2s);
   CAF_CHECK_EQUAL(state(), "refused");
@@ -590,8 +588,8 @@ CAF_TEST(a heartbeat about an older claim does not fence the partition re-acquir
     if (raced || statuses.empty() || statuses[0].epoch != 1)
       return;
     raced = true;
-    caf::anon_send(proj, atom::revoke_v, parts{0});
-    caf::anon_send(proj, atom::assign_v, parts{0});
+    qsp::anon_mail(atom::revoke_v, parts{0}).send(proj);
+    qsp::anon_mail(atom::assign_v, parts{0}).send(proj);
     put_owner(*world, 0, "node-a", "2");
   };
   h0.clear(); // the gate's invariant needs the H0 of the re-assignment, unknown here
@@ -747,8 +745,8 @@ CAF_TEST(a partition given back while its revoke still drains is not added twice
   fill(1, 5);
   // A host that does not wait for the revoke's answer before it assigns
   // the partition again: the consumer still holds it while the writer drains.
-  caf::anon_send(proj, atom::revoke_v, parts{1});
-  caf::anon_send(proj, atom::assign_v, parts{1});
+  qsp::anon_mail(atom::revoke_v, parts{1}).send(proj);
+  qsp::anon_mail(atom::assign_v, parts{1}).send(proj);
   h0.clear();
   CAF_REQUIRE(drive([&] { return world->checkpoint(1) == std::optional<int64_t>{15}; }));
   CAF_REQUIRE(drive_to("ready"));
@@ -787,7 +785,7 @@ CAF_TEST(a revoke of a partition whose addition is being verified waits for it a
   auto since = seen->size();
   // The group takes partition 1 back while its addition is verified (a
   // rolling restart's member rejoining at once).
-  caf::anon_send(proj, atom::assign_v, parts{1});
+  qsp::anon_mail(atom::assign_v, parts{1}).send(proj);
   auto r = revoke({1});
   CAF_CHECK(r);
   CAF_REQUIRE(drive_to("ready"));

@@ -34,8 +34,8 @@ struct fixture : projection_fixture {
   caf::timespan time_until(Pred done, caf::timespan limit = 10s) {
     auto t0 = now();
     while (violations.empty() && !done() && now() - t0 < limit) {
-      sched.advance_time(1ms);
-      while (sched.try_run_once())
+      rt.advance_time(1ms);
+      while (rt.run_once())
         check_invariants();
     }
     return now() - t0;
@@ -443,28 +443,25 @@ CAF_TEST(a ready announced by a previous generation does not open the gate) {
   start();
   CAF_REQUIRE(drive([&] { return world->checkpoint(0).value_or(0) == 5; }));
   CAF_REQUIRE_EQUAL(state(), "catching-up");
-  caf::resumable* old_aggregator = nullptr;
-  for (auto* job : sched.jobs)
-    if (auto* a = dynamic_cast<caf::scheduled_actor*>(job);
-        a != nullptr && std::string{a->name()} == "readiness-aggregator")
-      old_aggregator = job;
+  // The current aggregator (the only one so far): held back below.
+  caf::abstract_actor* old_aggregator = nullptr;
+  rt.run_first_of([&](caf::abstract_actor* a) {
+    if (auto* l = dynamic_cast<caf::local_actor*>(a);
+        l != nullptr && std::string{l->name()} == "readiness-aggregator")
+      old_aggregator = a;
+    return false;
+  });
   CAF_REQUIRE(old_aggregator != nullptr);
   // One job of any actor but the held one.
   auto step_others = [&] {
-    auto& jobs = sched.jobs;
-    auto i = std::find_if(jobs.begin(), jobs.end(), [&](auto* j) { return j != old_aggregator; });
-    if (i == jobs.end())
-      return false;
-    std::rotate(jobs.begin(), i, i + 1);
-    sched.run_once();
-    return true;
+    return rt.run_first_of([&](caf::abstract_actor* a) { return a != old_aggregator; });
   };
   auto run_others_until = [&](auto done) {
     for (int i = 0; i < 2000 && !done(); ++i) {
       while (!done() && step_others())
         check_invariants();
       if (!done())
-        sched.advance_time(settings.idle_poll);
+        rt.advance_time(settings.idle_poll);
     }
     return done();
   };
@@ -477,21 +474,17 @@ CAF_TEST(a ready announced by a previous generation does not open the gate) {
   // Now the stale report is processed (and the old aggregator exits), and
   // the supervisor reads its mailbox before the new pipeline progresses.
   auto run_job = [&](auto match) {
-    auto& jobs = sched.jobs;
-    auto i = std::find_if(jobs.begin(), jobs.end(), match);
-    if (i == jobs.end())
+    if (!rt.run_first_of(match))
       return false;
-    std::rotate(jobs.begin(), i, i + 1);
-    sched.run_once();
     check_invariants();
     return true;
   };
-  CAF_REQUIRE(run_job([&](auto* j) { return j == old_aggregator; }));
+  CAF_REQUIRE(run_job([&](caf::abstract_actor* a) { return a == old_aggregator; }));
   auto supervisor = caf::actor_cast<caf::abstract_actor*>(proj);
-  while (run_job([&](auto* j) { return dynamic_cast<caf::abstract_actor*>(j) == supervisor; }))
+  while (run_job([&](caf::abstract_actor* a) { return a == supervisor; }))
     ; // drain the supervisor's mailbox
-  while (run_job([&](auto* j) { return dynamic_cast<caf::abstract_actor*>(j)
-                                       == caf::actor_cast<caf::abstract_actor*>(listener); }))
+  while (run_job([&](caf::abstract_actor* a) {
+    return a == caf::actor_cast<caf::abstract_actor*>(listener); }))
     ; // and deliver its notifications
   CAF_CHECK_EQUAL(state(), "catching-up");
   // CHECK, not REQUIRE: a failed REQUIRE aborts the whole binary.

@@ -25,7 +25,7 @@ struct counting_store {
 void heartbeat_prober(caf::event_based_actor* self,
                       std::shared_ptr<std::optional<caf::expected<cluster_report>>> res,
                       member_actor member, std::vector<owned_status> mine) {
-  self->request(member, caf::infinite, atom::heartbeat_v, std::move(mine))
+  qsp::mail(self, atom::heartbeat_v, std::move(mine)).request(member, caf::infinite)
     .then([=](cluster_report& r) { *res = std::move(r); },
           [=](caf::error& e) { *res = std::move(e); });
 }
@@ -35,7 +35,7 @@ struct fixture : projection_fixture {
   caf::expected<cluster_report> heartbeat(member_actor member) {
     auto res = std::make_shared<std::optional<caf::expected<cluster_report>>>();
     sys.spawn(heartbeat_prober, res, member, std::vector<owned_status>{});
-    for (size_t i = 0; i < 10000 && !*res && sched.try_run_once(); ++i)
+    for (size_t i = 0; i < 10000 && !*res && rt.run_once(); ++i)
       ;
     if (!*res)
       return caf::make_error(ec::unspecified, "test: no answer to the heartbeat");
@@ -116,7 +116,7 @@ CAF_TEST(a cluster heartbeat failing again and again does not grow the interrupt
   CAF_CHECK_EQUAL(r->view.size(), static_cast<size_t>(world->partition_count()));
   CAF_CHECK_LESS_OR_EQUAL(io->hooks(), 1u);
   caf::anon_send_exit(member, caf::exit_reason::user_shutdown);
-  sched.run();
+  rt.run();
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()

@@ -55,15 +55,15 @@ CAF_TEST(a subscriber that terminates is dropped and an unsubscribed one hears n
   run_jobs();
   auto second = std::make_shared<std::vector<projection_status>>();
   auto l2 = sys.spawn(status_recorder, second);
-  self->send(proj, atom::subscribe_v, caf::actor_cast<status_listener>(l2));
-  self->send(proj, atom::subscribe_v, caf::actor_cast<status_listener>(l2)); // once only
+  qsp::mail(self, atom::subscribe_v, caf::actor_cast<status_listener>(l2)).send(proj);
+  qsp::mail(self, atom::subscribe_v, caf::actor_cast<status_listener>(l2)).send(proj); // once only
   run_jobs();
   CAF_CHECK_EQUAL(sup().subscribers.size(), 2u);
   caf::anon_send_exit(l2, caf::exit_reason::user_shutdown);
   run_jobs();
   CAF_CHECK_EQUAL(sup().subscribers.size(), 1u);
   // Unsubscribe the fixture's listener: no push reaches it afterwards.
-  self->send(proj, atom::unsubscribe_v, caf::actor_cast<status_listener>(listener));
+  qsp::mail(self, atom::unsubscribe_v, caf::actor_cast<status_listener>(listener)).send(proj);
   run_jobs();
   CAF_CHECK_EQUAL(sup().subscribers.size(), 0u);
   auto heard = seen->size();

@@ -197,7 +197,7 @@ CAF_TEST(readiness opens exactly when the last partition reaches H0) {
   CAF_CHECK(!saw("ready"));
   // ... and ready right after it, without any timer.
   auto t = now();
-  sched.run();
+  rt.run();
   CAF_CHECK(now() == t);
   CAF_CHECK_EQUAL(state(), "ready");
   CAF_CHECK(world->sessions == expected_sessions());
@@ -370,7 +370,7 @@ CAF_TEST(shutdown stops the pipeline) {
   settings.max_batch_records = 5;
   start();
   CAF_REQUIRE(drive([&] { return world->checkpoint(0).value_or(0) >= 10; }));
-  self->send(proj, atom::shutdown_v);
+  qsp::mail(self, atom::shutdown_v).send(proj);
   run_for(1s);
   CAF_CHECK_EQUAL(state(), "stopped");
   auto writes = world->calls.write_checkpoint;

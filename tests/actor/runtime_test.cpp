@@ -47,7 +47,7 @@ struct fixture : projection_fixture {
   /// detached actor blocks in I/O.  Returns how many ran.
   size_t run_nested() {
     size_t n = 0;
-    for (; n < 100000 && violations.empty() && sched.try_run_once(); ++n)
+    for (; n < 100000 && violations.empty() && rt.run_once(); ++n)
       check_invariants();
     return n;
   }
@@ -156,8 +156,8 @@ CAF_TEST(a batch confirmed after the check before it was answered gets a check o
   h0 = world->lsos();
   start();
   for (int i = 0; i < 100000 && world->calls.confirm - world->calls.not_yet < 1; ++i)
-    if (!sched.try_run_once())
-      sched.advance_time(1ms);
+    if (!rt.run_once())
+      rt.advance_time(1ms);
   CAF_REQUIRE_EQUAL(world->calls.confirm - world->calls.not_yet, 1u);
   CAF_REQUIRE_EQUAL(world->calls.max_unconfirmed, 2u); // the second batch was sent before
   world->confirm_not_yet = 1; // its replies come after the fence answered
@@ -179,7 +179,7 @@ CAF_TEST(a batch confirmed after the check that covers it is checkpointed withou
   fill(0, 10);
   h0 = world->lsos();
   start();
-  for (size_t i = 0; i < 100000 && world->calls.confirm == 0 && sched.try_run_once(); ++i)
+  for (size_t i = 0; i < 100000 && world->calls.confirm == 0 && rt.run_once(); ++i)
     check_invariants();
   CAF_REQUIRE_EQUAL(world->calls.confirm, 1u); // the first batch's replies are read
   CAF_REQUIRE_EQUAL(world->calls.apply, 2u);   // both batches were sent before that

@@ -497,8 +497,7 @@ struct under_load : failover {
       for (int k = 0; k < n && failed.empty(); ++k) {
         uint64_t i = next++;
         ids.push_back(i);
-        if (auto ok = p->send(topic, static_cast<int32_t>(i % 2),
-                              qsp::core::encode_json(first_history(i)));
+        if (auto ok = p->send(topic, static_cast<int32_t>(i % 2), qsp::core::encode_json(first_history(i)));
             !ok)
           failed = "send: " + describe(ok.error());
       }

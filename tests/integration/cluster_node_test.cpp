@@ -21,8 +21,7 @@ TEST(GroupNode, JoinsClaimsEveryPartitionAndLeavesCleanlyOnSigterm) {
   auto p = kafka::producer::make(test::kafka_client());
   ASSERT_TRUE(p);
   for (uint64_t i = 0; i < 40; ++i)
-    ASSERT_TRUE(p->send(topic, static_cast<int32_t>(i % 4),
-                           core::encode_json(test::make_dispatch(i))));
+    ASSERT_TRUE(p->send(topic, static_cast<int32_t>(i % 4), core::encode_json(test::make_dispatch(i))));
   ASSERT_TRUE(p->flush());
   auto port = test::free_port();
   auto args = test::node_args(topic, 4, ns, "convs:");
@@ -94,8 +93,7 @@ TEST(StaticNodes, SplitThePartitionsShareOneGateAndAnOverlapIsRefused) {
   ASSERT_TRUE(p);
   auto produce = [&](uint64_t from, uint64_t to) {
     for (uint64_t i = from; i < to; ++i)
-      ASSERT_TRUE(p->send(topic, static_cast<int32_t>(i % 4),
-                          core::encode_json(test::make_dispatch(i))));
+      ASSERT_TRUE(p->send(topic, static_cast<int32_t>(i % 4), core::encode_json(test::make_dispatch(i))));
     ASSERT_TRUE(p->flush());
   };
   produce(0, 40);

@@ -244,7 +244,7 @@ TEST(LeaderEpoch, AProjectionOverATransactionalTailStoresTheLeaderEpochAtTheLso)
   auto ready = [&] {
     caf::scoped_actor self{sys};
     bool r = false;
-    self->request(*proj, 5s, atom::status_v)
+    qsp::mail(self, atom::status_v).request(*proj, 5s)
       .receive([&](const projection_status& st) { r = st.ready; }, [](caf::error&) {});
     return r;
   };
@@ -271,7 +271,7 @@ TEST(LeaderEpoch, AProjectionOverATransactionalTailStoresTheLeaderEpochAtTheLso)
   EXPECT_TRUE(test::zset(*redis, convs + "aborted-user").empty());
 
   caf::scoped_actor self{sys};
-  self->request(*proj, 30s, atom::shutdown_v).receive([](caf::ok_atom) {}, [](caf::error&) {});
+  qsp::mail(self, atom::shutdown_v).request(*proj, 30s).receive([](caf::ok_atom) {}, [](caf::error&) {});
   auto admin = kafka::admin::make(test::kafka_client());
   (*admin)->delete_topic(topic);
 }

@@ -140,8 +140,7 @@ void topic_recreated_under_a_running_node(const std::vector<std::string>& extra,
     auto prod = kafka::producer::make(test::kafka_client());
     ASSERT_TRUE(prod);
     for (uint64_t i = 0; i < old_end * partitions; ++i)
-      ASSERT_TRUE(prod->send(topic, static_cast<int32_t>(i % partitions),
-                             core::encode_json(test::make_dispatch(i, 40))));
+      ASSERT_TRUE(prod->send(topic, static_cast<int32_t>(i % partitions), core::encode_json(test::make_dispatch(i, 40))));
     ASSERT_TRUE(prod->flush());
   }
   auto old_identity = admin->identity(topic);
@@ -217,8 +216,7 @@ void topic_recreated_under_a_running_node(const std::vector<std::string>& extra,
     return true;
   }, 60s));
   for (uint64_t i = 0; i < 1000 * partitions; ++i)
-    ASSERT_TRUE(filler->send(topic, static_cast<int32_t>(i % partitions),
-                             core::encode_json(test::make_dispatch(100000 + i, 40))));
+    ASSERT_TRUE(filler->send(topic, static_cast<int32_t>(i % partitions), core::encode_json(test::make_dispatch(100000 + i, 40))));
   ASSERT_TRUE(filler->flush());
   if (held) {
     auto st = admin->inspect(topic);

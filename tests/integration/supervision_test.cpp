@@ -60,7 +60,7 @@ void end_with_redis_frozen(ending how) {
   auto ask_ready = [&] {
     caf::scoped_actor self{*sys};
     bool ready = false;
-    self->request(*proj, 5s, atom::status_v)
+    qsp::mail(self, atom::status_v).request(*proj, 5s)
       .receive([&](const projection_status& st) { ready = st.ready; }, [](caf::error&) {});
     return ready;
   };
@@ -80,7 +80,7 @@ void end_with_redis_frozen(ending how) {
     for (uint64_t i = 50; i < 80; ++i)
       ASSERT_TRUE(prod->send(topic, 0, core::encode_json(test::make_dispatch(i, 20))));
     ASSERT_TRUE(prod->flush());
-    caf::anon_send(*proj, atom::pull_v, std::string{"u1"}, uint32_t{10});
+    qsp::anon_mail(atom::pull_v, std::string{"u1"}, uint32_t{10}).send(*proj);
     auto before = std::chrono::steady_clock::now();
     if (how == ending::exit_message)
       caf::anon_send_exit(*proj, caf::exit_reason::user_shutdown);
@@ -340,7 +340,7 @@ TEST(Supervision, LibrdkafkaLogsGoToTheHostsLoggerTaggedWithTheProjection) {
     EXPECT_TRUE(eventually([&] { return text().find("librdkafka") != std::string::npos; }, 30s))
       << text();
     caf::scoped_actor self{sys};
-    self->request(*proj, 30s, atom::shutdown_v).receive([](caf::ok_atom) {}, [](caf::error&) {});
+    qsp::mail(self, atom::shutdown_v).request(*proj, 30s).receive([](caf::ok_atom) {}, [](caf::error&) {});
     auto tag = "[" + topic + " " + ns + "] ";
     std::istringstream lines{text()};
     int n = 0;

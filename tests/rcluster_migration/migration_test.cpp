@@ -234,8 +234,7 @@ struct migration : ::testing::Test {
     auto p = kafka::producer::make(kafka_cfg());
     ASSERT_TRUE(p) << describe(p.error());
     for (uint64_t i = from; i < to; ++i) {
-      auto ok = p->send(topic, static_cast<int32_t>(i % partitions),
-                        core::encode_json(test::make_dispatch(i, users)));
+      auto ok = p->send(topic, static_cast<int32_t>(i % partitions), core::encode_json(test::make_dispatch(i, users)));
       ASSERT_TRUE(ok) << describe(ok.error());
     }
     auto f = p->flush();

@@ -54,7 +54,7 @@ inline caf::behavior front(caf::stateful_actor<state>* self, qsp::projection_act
     log->down = true;
     self->quit();
   });
-  self->send(proj, qsp::atom::subscribe_v, caf::actor_cast<qsp::status_listener>(self));
+  qsp::mail(self, qsp::atom::subscribe_v, caf::actor_cast<qsp::status_listener>(self)).send(proj);
   return {
     [self, log](qsp::atom::status, const qsp::projection_status& st) {
       ++log->pushes;
@@ -82,7 +82,7 @@ inline caf::behavior front(caf::stateful_actor<state>* self, qsp::projection_act
         return caf::make_error(qsp::ec::not_ready, "front: the gate is closed");
       }
       auto rp = self->make_response_promise<qsp::session_list>();
-      self->request(proj, std::chrono::seconds(2), qsp::atom::pull_v, user, limit)
+      qsp::mail(self, qsp::atom::pull_v, user, limit).request(proj, std::chrono::seconds(2))
         .then(
           [self, log, user, id, rp](qsp::session_list& xs) mutable {
             self->state.cache[user] = xs;

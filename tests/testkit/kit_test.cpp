@@ -291,7 +291,7 @@ TEST(Kit, AHostActorSeesTheSameSystem) {
   k.system().spawn(
     [](caf::event_based_actor* self, std::shared_ptr<std::string> out,
        qsp::projection_actor target) {
-      self->request(target, caf::infinite, qsp::atom::pull_v, std::string{"alice"}, uint32_t{1})
+      qsp::mail(self, qsp::atom::pull_v, std::string{"alice"}, uint32_t{1}).request(target, caf::infinite)
         .then([out](const qsp::session_list& xs) { *out = xs.empty() ? "empty" : xs[0].conversation_id; },
               [out](const caf::error&) { *out = "error"; });
     },

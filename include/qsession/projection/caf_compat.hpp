@@ -24,19 +24,31 @@
 #include <utility>
 
 #include "caf/actor_addr.hpp"
+#include "caf/actor_system_config.hpp"
 #include "caf/config.hpp"
 #include "caf/error.hpp"
 #include "caf/exit_reason.hpp"
 #include "caf/fwd.hpp"
+#include "caf/type_id.hpp"
 #include "caf/result.hpp"
 #include "caf/send.hpp"
 #include "caf/typed_actor.hpp"
 
 #if CAF_MAJOR_VERSION >= 1
 #  include "caf/anon_mail.hpp"
+#  include "caf/is_error_code_enum.hpp"
+#  include "caf/init_global_meta_objects.hpp"
 #  include "caf/disposable.hpp"
 #else
 #  include "caf/replies_to.hpp"
+#endif
+
+/// CAF_ERROR_CODE_ENUM: 0.17 takes the category's name, 1.x the enum's
+/// type ID (add it to a type-ID block) and to_string/from_string/from_integer.
+#if CAF_MAJOR_VERSION >= 1
+#  define QSP_ERROR_CODE_ENUM(type, name) CAF_ERROR_CODE_ENUM(type)
+#else
+#  define QSP_ERROR_CODE_ENUM(type, name) CAF_ERROR_CODE_ENUM(type, name)
 #endif
 
 namespace qsp {
@@ -166,6 +178,60 @@ auto anon_mail(Ts&&... xs) {
 
 #endif
 
+/// Registers type-ID blocks: 0.17 adds them to the configuration, 1.x to
+/// the process (once is enough; again is harmless).  Before the system exists.
+template <class... Blocks>
+void add_type_blocks(caf::actor_system_config& cfg) {
+#if CAF_MAJOR_VERSION >= 1
+  (void) cfg;
+  caf::core::init_global_meta_objects();
+  (caf::init_global_meta_objects<Blocks>(), ...);
+#else
+  (cfg.add_message_types<Blocks>(), ...);
+#endif
+}
+
+/// Renders errors of `Enum` by `render(code, context)` (0.17: instead of
+/// "error(12, 'qsp', ...)"; 1.x renders them by the enum's to_string).
+template <class Enum, class Render>
+void add_error_renderer(caf::actor_system_config& cfg, Render render) {
+#if CAF_MAJOR_VERSION >= 1
+  (void) cfg;
+  (void) render;
+#else
+  cfg.add_error_category(caf::detail::error_factory<Enum>::category,
+                         [render](uint8_t code, caf::atom_value, const caf::message& ctx) {
+                           return render(code, ctx);
+                         });
+#endif
+}
+
+/// Sets one of CAF's own options, named as 0.17 names it ("scheduler.policy");
+/// 1.x puts them under "caf." and takes strings where 0.17 took atoms.
+template <size_t N>
+void set_caf_option(caf::actor_system_config& cfg, const std::string& key,
+                    const char (&value)[N]) {
+#if CAF_MAJOR_VERSION >= 1
+  cfg.set("caf." + key, std::string{value});
+#else
+  cfg.set(key, caf::atom(value));
+#endif
+}
+
+/// True if `x` is an error of the code enum `Enum` (0.17 names an error's
+/// category by an atom, 1.x by the enum's type ID).
+template <class Enum>
+bool in_category(const caf::error& x) {
+  // (CAF 0.17: category() of an empty error dereferences null.)
+  if (!x)
+    return false;
+#if CAF_MAJOR_VERSION >= 1
+  return x.category() == caf::type_id_v<Enum>;
+#else
+  return x.category() == caf::detail::error_factory<Enum>::category;
+#endif
+}
+
 /// The monitors of one actor and the one handler their down events go to
 /// (1.1 monitors with a callback each; 0.17 has one down handler per actor).
 /// Keep it in the actor's state; install the handler once, before the first
@@ -230,9 +296,9 @@ template <class Behavior, class Self, class OnExit, class... Fs>
 Behavior with_exit_handler(Self* self, OnExit on_exit, Fs... fs) {
 #if CAF_MAJOR_VERSION >= 1
   (void) self;
-  return Behavior{std::move(fs)..., [on_exit](caf::exit_msg& msg) mutable { on_exit(msg); }};
+  return Behavior{std::move(fs)..., [on_exit](caf::exit_msg& msg) { on_exit(msg); }};
 #else
-  self->set_exit_handler([on_exit](caf::exit_msg& msg) mutable { on_exit(msg); });
+  self->set_exit_handler([on_exit](caf::exit_msg& msg) { on_exit(msg); });
   return Behavior{std::move(fs)...};
 #endif
 }

@@ -3,9 +3,9 @@
 //
 //   qsp::register_types(cfg);                 // before the actor_system exists
 //   auto proj = qsp::spawn_projection(sys, settings);      // caf::expected
-//   self->send(*proj, qsp::atom::subscribe_v, listener);   // status pushes
-//   self->request(*proj, t, qsp::atom::pull_v, user, limit) // PULL_SESSION_LIST
-//   self->request(*proj, t, qsp::atom::shutdown_v)         // ok once all I/O stopped
+//   qsp::mail(self, qsp::atom::subscribe_v, listener).send(*proj);   // status pushes
+//   qsp::mail(self, qsp::atom::pull_v, user, limit).request(*proj, t) // PULL_SESSION_LIST
+//   qsp::mail(self, qsp::atom::shutdown_v).request(*proj, t)         // ok once all I/O stopped
 #pragma once
 
 #include <cstdint>
@@ -15,7 +15,6 @@
 #include "caf/actor_system.hpp"
 #include "caf/actor_system_config.hpp"
 #include "caf/expected.hpp"
-#include "caf/replies_to.hpp"
 #include "caf/typed_actor.hpp"
 
 #include "qsession/projection/metrics.hpp"
@@ -31,7 +30,7 @@ namespace qsp {
 /// What a subscriber receives: (atom::status, projection_status) on every
 /// change of state, and once right after it subscribed.  The sender is the
 /// projection; the status names its topic and namespace.
-using status_listener = caf::typed_actor<caf::reacts_to<atom::status, projection_status>>;
+using status_listener = qsp::typed_actor<caf::result<void>(atom::status, projection_status)>;
 
 /// The projection's public handle.
 /// - `status`: a snapshot, with per-partition progress.
@@ -49,14 +48,14 @@ using status_listener = caf::typed_actor<caf::reacts_to<atom::status, projection
 /// - `shutdown`: stops the projection; answers caf::ok_atom once every actor
 ///   and every blocking call of it has stopped, or ec::shutting_down after
 ///   projection.shutdown-timeout.  The projection is gone either way.
-using projection_actor = caf::typed_actor<
-  caf::replies_to<atom::status>::with<projection_status>,
-  caf::replies_to<atom::assign, std::vector<int32_t>>::with<caf::ok_atom>,
-  caf::replies_to<atom::revoke, std::vector<int32_t>>::with<caf::ok_atom>,
-  caf::replies_to<atom::pull, std::string, uint32_t>::with<session_list>,
-  caf::reacts_to<atom::subscribe, status_listener>,
-  caf::reacts_to<atom::unsubscribe, status_listener>,
-  caf::replies_to<atom::shutdown>::with<caf::ok_atom>>;
+using projection_actor = qsp::typed_actor<
+  caf::result<projection_status>(atom::status),
+  caf::result<caf::ok_atom>(atom::assign, std::vector<int32_t>),
+  caf::result<caf::ok_atom>(atom::revoke, std::vector<int32_t>),
+  caf::result<session_list>(atom::pull, std::string, uint32_t),
+  caf::result<void>(atom::subscribe, status_listener),
+  caf::result<void>(atom::unsubscribe, status_listener),
+  caf::result<caf::ok_atom>(atom::shutdown)>;
 
 /// Registers the projection's message types and its error renderer (CAF
 /// prints `qsp` errors by name) with a host's config, before the system is

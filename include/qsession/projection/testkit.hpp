@@ -82,7 +82,7 @@ namespace detail {
 template <class T, class Handle, class... Ts>
 void asker(caf::event_based_actor* self, std::shared_ptr<std::optional<caf::expected<T>>> out,
            Handle whom, caf::timespan limit, Ts... xs) {
-  self->request(whom, limit, xs...)
+  qsp::mail(self, xs...).request(whom, limit)
     .then([out](T& x) { *out = std::move(x); }, [out](caf::error& e) { *out = std::move(e); });
 }
 

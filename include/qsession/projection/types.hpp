@@ -21,6 +21,7 @@
 
 #include "caf/type_id.hpp"
 
+#include "qsession/projection/caf_compat.hpp"
 #include "qsession/projection/config.hpp"
 
 namespace qsp {
@@ -52,6 +53,10 @@ std::string to_string(ec x);
 /// True for the codes that stop the projection for good (operator must act).
 bool is_refusal(ec x);
 bool is_refusal(const caf::error& x);
+
+/// The qsp code of an error made with make_error(ec, ...); none for an
+/// error of another category (CAF's own, a host's) or no error.
+std::optional<ec> code_of(const caf::error& x);
 
 /// "code: text" for an error made with make_error(code, text) (or with
 /// more context after the text, like make_fenced's); CAF's own rendering
@@ -184,4 +189,4 @@ CAF_BEGIN_TYPE_ID_BLOCK(qsp, QSP_FIRST_TYPE_ID)
   CAF_ADD_ATOM(qsp, qsp::atom, revoke, "qsp_revoke")
 CAF_END_TYPE_ID_BLOCK(qsp)
 
-CAF_ERROR_CODE_ENUM(qsp::ec, "qsp")
+QSP_ERROR_CODE_ENUM(qsp::ec, "qsp")
