@@ -14,7 +14,7 @@ member_actor::behavior_type cluster_member(member_actor::stateful_pointer<member
   // the gate, a node silent for three does.
   auto ttl = std::chrono::duration_cast<std::chrono::milliseconds>(3 * cfg.heartbeat_interval);
   auto store = [=]() -> caf::expected<cluster_store*> {
-    auto& st = self->state;
+    auto& st = state_of(self);
     if (!st.store) {
       auto made = ports->make_cluster_store();
       if (!made)
@@ -34,14 +34,14 @@ member_actor::behavior_type cluster_member(member_actor::stateful_pointer<member
       }
       auto fenced = (*s)->publish(cfg.topic, node, mine, ttl, io->wall_now());
       if (!fenced) {
-        self->state.store.reset();
+        state_of(self).store.reset();
         rep.error = describe(fenced.error());
         return rep;
       }
       rep.fenced = std::move(*fenced);
       auto view = (*s)->view(cfg.topic, cfg.partition_count);
       if (!view) {
-        self->state.store.reset();
+        state_of(self).store.reset();
         rep.error = describe(view.error());
         return rep;
       }
@@ -55,7 +55,7 @@ member_actor::behavior_type cluster_member(member_actor::stateful_pointer<member
       if (auto s = store(); s) {
         // Best effort: a status left behind expires with its TTL.
         if (auto ok = (*s)->release(cfg.topic, node, parts); !ok)
-          self->state.store.reset();
+          state_of(self).store.reset();
       }
       return caf::ok_atom_v;
     },

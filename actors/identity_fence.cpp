@@ -23,10 +23,10 @@ fence_actor::behavior_type identity_fence(fence_actor::stateful_pointer<fence_st
                                           projection_settings cfg, core::identity pinned,
                                           std::shared_ptr<generation> gen,
                                           std::shared_ptr<metrics> stats) {
-  self->state.pinned = std::move(pinned);
+  state_of(self).pinned = std::move(pinned);
   // Runs one check and answers every request that arrived before it started.
   auto run = [=] {
-    auto& st = self->state;
+    auto& st = state_of(self);
     st.last_start = self->clock().now();
     auto waiting = std::move(st.waiting);
     st.waiting.clear();
@@ -48,7 +48,7 @@ fence_actor::behavior_type identity_fence(fence_actor::stateful_pointer<fence_st
   qsp::mail(self, atom::tick_v).send(self);
   return {
     [=](atom::check) -> caf::result<uint64_t> {
-      auto& st = self->state;
+      auto& st = state_of(self);
       if (mutant::active() == mutant::id::stale_fence && st.checks > 0)
         return st.checks; // planted bug: the last check, started before the fetch
       auto rp = self->make_response_promise<uint64_t>();
@@ -66,8 +66,8 @@ fence_actor::behavior_type identity_fence(fence_actor::stateful_pointer<fence_st
       return rp;
     },
     [=](atom::poll) {
-      self->state.delayed = false;
-      if (!self->state.waiting.empty())
+      state_of(self).delayed = false;
+      if (!state_of(self).waiting.empty())
         run();
     },
     [=](atom::tick) {

@@ -285,13 +285,13 @@ metadata_verifier(verifier_actor::stateful_pointer<verifier_state> self, project
                   std::shared_ptr<generation> gen) {
   return {
     [=](atom::verify) -> caf::result<verified_start> {
-      auto vs = self->state.run(cfg, *gen);
+      auto vs = state_of(self).run(cfg, *gen);
       if (!vs)
         return vs.error();
       return std::move(*vs);
     },
     [=](atom::assign, const std::vector<int32_t>& added) -> caf::result<verified_start> {
-      auto vs = self->state.extend(cfg, *gen, added);
+      auto vs = state_of(self).extend(cfg, *gen, added);
       if (!vs)
         return vs.error();
       return std::move(*vs);

@@ -57,7 +57,7 @@ consumer_actor::behavior_type
 partition_consumer(consumer_actor::stateful_pointer<consumer_state> self, projection_settings cfg,
                    int32_t partition, int64_t start, std::shared_ptr<partition_reader> reader,
                    std::shared_ptr<const core::decoder> decoder, writer_actor writer) {
-  auto& st = self->state;
+  auto& st = state_of(self);
   st.reader = std::move(reader);
   st.decoder = std::move(decoder);
   st.topic = cfg.topic;
@@ -70,14 +70,14 @@ partition_consumer(consumer_actor::stateful_pointer<consumer_state> self, projec
   // would only duplicate it, and duplicated ticks would multiply), plus the
   // reader's atom::wake when records arrive on an empty queue.
   auto poll_now = [=] {
-    auto& st = self->state;
+    auto& st = state_of(self);
     if (st.poll_queued)
       return;
     st.poll_queued = true;
     qsp::mail(self, atom::poll_v).send(self);
   };
   auto tick_later = [=] {
-    auto& st = self->state;
+    auto& st = state_of(self);
     if (st.tick_queued)
       return;
     st.tick_queued = true;
@@ -86,16 +86,16 @@ partition_consumer(consumer_actor::stateful_pointer<consumer_state> self, projec
   // Nothing after an undecodable record: stop once what precedes it is
   // confirmed and checkpointed.
   auto stop_at_poison = [=] {
-    auto& st = self->state;
+    auto& st = state_of(self);
     if (st.stopping)
       return;
     st.stopping = true;
     qsp::mail(self, atom::flush_v, st.partition).request(writer, caf::infinite)
-      .then([=](int64_t) { self->quit(self->state.poison); },
+      .then([=](int64_t) { self->quit(state_of(self).poison); },
             [=](caf::error& err) { self->quit(std::move(err)); });
   };
   auto poll = [=] {
-    auto& st = self->state;
+    auto& st = state_of(self);
     if (st.poison) {
       if (st.in_flight == 0)
         stop_at_poison();
@@ -120,7 +120,7 @@ partition_consumer(consumer_actor::stateful_pointer<consumer_state> self, projec
     qsp::mail(self, atom::write_v, std::move(*b)).request(writer, caf::infinite)
       .then(
         [=](const checkpoint_advanced&) {
-          --self->state.in_flight;
+          --state_of(self).in_flight;
           poll_now();
         },
         [=](caf::error& err) { self->quit(std::move(err)); });
@@ -136,11 +136,11 @@ partition_consumer(consumer_actor::stateful_pointer<consumer_state> self, projec
   poll_now();
   return {
     [=](atom::poll) {
-      self->state.poll_queued = false;
+      state_of(self).poll_queued = false;
       poll();
     },
     [=](atom::tick) {
-      self->state.tick_queued = false;
+      state_of(self).tick_queued = false;
       poll();
     },
     [=](atom::wake) { poll(); },

@@ -59,23 +59,23 @@ aggregator_actor::behavior_type
 readiness_aggregator(aggregator_actor::stateful_pointer<aggregator_state> self,
                      projection_settings cfg, verified_start vs, supervisor_actor supervisor,
                      log_ptr logs, std::shared_ptr<dispatch_log> log) {
-  self->state.log = std::move(log);
-  self->state.add(vs, self->clock().now());
+  state_of(self).log = std::move(log);
+  state_of(self).add(vs, self->clock().now());
   auto announce_if_ready = [=] {
-    if (!self->state.announced && self->state.ready()) {
-      self->state.announced = true;
+    if (!state_of(self).announced && state_of(self).ready()) {
+      state_of(self).announced = true;
       qsp::mail(self, atom::ready_v).send(supervisor);
     }
   };
   announce_if_ready();
-  self->state.remaining_at_tick = self->state.remaining();
-  if (!self->state.announced) {
-    self->state.polling = true;
+  state_of(self).remaining_at_tick = state_of(self).remaining();
+  if (!state_of(self).announced) {
+    state_of(self).polling = true;
     qsp::mail(self, atom::poll_v).delay(cfg.progress_interval).send(self);
   }
   return {
     [=](atom::assign, const verified_start& added) {
-      auto& st = self->state;
+      auto& st = state_of(self);
       st.add(added, self->clock().now());
       // The supervisor is catching up again (for the added partitions only)
       // and waits for `ready` once more: at once if they start at their H0.
@@ -90,7 +90,7 @@ readiness_aggregator(aggregator_actor::stateful_pointer<aggregator_state> self,
       }
     },
     [=](atom::revoke, const std::vector<int32_t>& gone) {
-      auto& st = self->state;
+      auto& st = state_of(self);
       for (auto p : gone) {
         st.parts.erase(p);
         st.live.erase(p);
@@ -98,18 +98,18 @@ readiness_aggregator(aggregator_actor::stateful_pointer<aggregator_state> self,
       announce_if_ready();
     },
     [=](atom::progress, const checkpoint_advanced& cp) {
-      if (!self->state.advance(cp, self->clock().now()))
+      if (!state_of(self).advance(cp, self->clock().now()))
         logs->warn("partition {}: checkpoint {} reported out of order", cp.partition,
                      cp.next_offset);
       announce_if_ready();
     },
     [=](atom::poll) {
       // Catch-up progress: done / H0 per partition, overall %, rate, ETA.
-      if (self->state.announced) {
-        self->state.polling = false;
+      if (state_of(self).announced) {
+        state_of(self).polling = false;
         return;
       }
-      auto& st = self->state;
+      auto& st = state_of(self);
       int64_t total = 0, left = st.remaining();
       std::string parts;
       for (auto& [p, ps] : st.parts) {
@@ -126,7 +126,7 @@ readiness_aggregator(aggregator_actor::stateful_pointer<aggregator_state> self,
       qsp::mail(self, atom::poll_v).delay(cfg.progress_interval).send(self);
     },
     [=](atom::status) -> std::vector<partition_status> {
-      auto& st = self->state;
+      auto& st = state_of(self);
       auto now = self->clock().now();
       std::vector<partition_status> out;
       for (auto& [p, ps] : st.parts) {

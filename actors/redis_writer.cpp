@@ -350,7 +350,7 @@ using writer_pointer = writer_actor::stateful_pointer<writer_state>;
 // Any failure ends this writer (and so the generation): the pipelined
 // connection's state is unknown, and no later checkpoint may be written.
 void writer_fail(writer_pointer self, const caf::error& err) {
-  auto& st = self->state;
+  auto& st = state_of(self);
   for (auto& f : st.pending)
     f.rp.deliver(err);
   st.pending.clear();
@@ -367,7 +367,7 @@ void writer_fail(writer_pointer self, const caf::error& err) {
 // Answers the revoke requests whose partitions have nothing in flight any
 // more: they are forgotten here and unassigned from the consumer.
 void answer_revokes(writer_pointer self) {
-  auto& st = self->state;
+  auto& st = state_of(self);
   for (auto i = st.revokes.begin(); i != st.revokes.end();) {
     auto& ps = i->partitions;
     if (std::any_of(ps.begin(), ps.end(), [&](int32_t p) { return st.busy(p); })) {
@@ -396,7 +396,7 @@ void answer_revokes(writer_pointer self) {
 
 // Answers the flush requests of partitions with nothing in flight.
 void answer_flushes(writer_pointer self) {
-  auto& st = self->state;
+  auto& st = state_of(self);
   for (auto i = st.flushes.begin(); i != st.flushes.end();) {
     if (st.busy(i->first)) {
       ++i;
@@ -410,7 +410,7 @@ void answer_flushes(writer_pointer self) {
 // Writes the checkpoints the fence's answer to request `k` covers and
 // reports them.
 void fence_passed(writer_pointer self, aggregator_actor aggregator, uint64_t k) {
-  auto& st = self->state;
+  auto& st = state_of(self);
   st.fence_answered = std::max(st.fence_answered, k);
   auto cps = st.checkpoint_fenced(st.fence_answered, self->clock().now());
   if (!cps) {
@@ -431,7 +431,7 @@ void fence_passed(writer_pointer self, aggregator_actor aggregator, uint64_t k) 
 // answered by that check, so a checkpoint waits for at most the next check,
 // not for the one after it.
 void request_fence(writer_pointer self, fence_actor fence, aggregator_actor aggregator) {
-  auto& st = self->state;
+  auto& st = state_of(self);
   if (st.fenced.empty())
     return;
   auto tag = st.fenced.back().fence_tag;
@@ -453,15 +453,15 @@ writer_actor::behavior_type
 redis_writer(writer_actor::stateful_pointer<writer_state> self, projection_settings cfg,
              verified_start vs, std::shared_ptr<generation> gen, aggregator_actor aggregator,
              fence_actor fence, std::shared_ptr<metrics> stats) {
-  auto& st = self->state;
+  auto& st = state_of(self);
   st.gen = std::move(gen);
   st.id = vs.id;
   st.stats = std::move(stats);
   st.add(vs);
   return {
-    [=](atom::assign, const verified_start& added) { self->state.add(added); },
+    [=](atom::assign, const verified_start& added) { state_of(self).add(added); },
     [=](atom::revoke, const std::vector<int32_t>& parts) -> caf::result<caf::ok_atom> {
-      auto& st = self->state;
+      auto& st = state_of(self);
       for (auto p : parts)
         if (st.sent.count(p) > 0)
           st.revoking.insert(p);
@@ -471,7 +471,7 @@ redis_writer(writer_actor::stateful_pointer<writer_state> self, projection_setti
       return rp;
     },
     [=](atom::write, const partition_batch& b) -> caf::result<checkpoint_advanced> {
-      auto& st = self->state;
+      auto& st = state_of(self);
       // A batch its consumer sent before it was stopped for a revoke: not
       // projected, no checkpoint (the next owner starts from the checkpoint).
       if (!st.takes(b.partition))
@@ -499,7 +499,7 @@ redis_writer(writer_actor::stateful_pointer<writer_state> self, projection_setti
       return rp;
     },
     [=](atom::flush, int32_t partition) -> caf::result<int64_t> {
-      auto& st = self->state;
+      auto& st = state_of(self);
       if (!st.busy(partition))
         return st.stored[partition];
       auto rp = self->make_response_promise<int64_t>();
@@ -507,7 +507,7 @@ redis_writer(writer_actor::stateful_pointer<writer_state> self, projection_setti
       return rp;
     },
     [=](atom::poll) {
-      auto& st = self->state;
+      auto& st = state_of(self);
       if (st.pending.empty()) {
         st.confirming = false;
         return;

@@ -11,7 +11,7 @@ reader_actor::behavior_type session_reader(reader_actor::stateful_pointer<reader
                                            std::shared_ptr<generation> gen) {
   return {
     [=](atom::sessions, const std::string& user, uint32_t limit) -> caf::result<session_list> {
-      auto& st = self->state;
+      auto& st = state_of(self);
       if (!st.sessions) {
         auto made = gen->ports->make_session_store();
         if (!made)

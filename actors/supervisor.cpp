@@ -65,13 +65,13 @@ projection_status snapshot(const supervisor_state& st) {
 }
 
 void notify(supervisor_pointer self) {
-  auto s = snapshot(self->state);
-  for (auto& sub : self->state.subscribers)
+  auto s = snapshot(state_of(self));
+  for (auto& sub : state_of(self).subscribers)
     qsp::mail(self, atom::status_v, s).send(sub);
 }
 
 void transition(supervisor_pointer self, std::string next, const std::string& why) {
-  auto& st = self->state;
+  auto& st = state_of(self);
   bool changed = st.state != next;
   if (st.state != next)
     st.logs->info("{} -> {}{}{}", st.state, next, why.empty() ? "" : ": ", why);
@@ -88,16 +88,16 @@ void transition(supervisor_pointer self, std::string next, const std::string& wh
 // the termination hook ends them whatever ends the supervisor.
 template <class Handle>
 void adopt(supervisor_pointer self, const Handle& child) {
-  self->state.watch.monitor(self, child);
-  self->state.children.insert(child.address());
-  self->state.life->children.push_back(caf::actor_cast<caf::actor>(child));
+  state_of(self).watch.monitor(self, child);
+  state_of(self).children.insert(child.address());
+  state_of(self).life->children.push_back(caf::actor_cast<caf::actor>(child));
 }
 
 // Ends the generation: every child, and every blocking call of theirs.
 // With `watch`, the children stay monitored and are remembered in `dying`
 // (an ordered shutdown waits for their down messages).
 void stop_children(supervisor_pointer self, caf::error reason, bool watch) {
-  auto& st = self->state;
+  auto& st = state_of(self);
   auto kill = [&](auto& h) {
     if (h) {
       if (watch)
@@ -136,7 +136,7 @@ void stop_children(supervisor_pointer self, caf::error reason, bool watch) {
 }
 
 void fail(supervisor_pointer self, caf::error err) {
-  auto& st = self->state;
+  auto& st = state_of(self);
   stop_children(self);
   // Outdates the generation's answers still on their way (a verification
   // that answers after this must not start consumers under a refusal).
@@ -194,7 +194,7 @@ void fail(supervisor_pointer self, caf::error err) {
 
 // One consumer per partition of `vs`, reading from its explicit start.
 bool spawn_consumers(supervisor_pointer self, const verified_start& vs, generation& gen) {
-  auto& st = self->state;
+  auto& st = state_of(self);
   for (auto& [p, start] : vs.starts) {
     auto reader = gen.log->reader(p);
     if (!reader) {
@@ -209,7 +209,7 @@ bool spawn_consumers(supervisor_pointer self, const verified_start& vs, generati
 }
 
 void on_verified(supervisor_pointer self, verified_start vs, std::shared_ptr<generation> gen) {
-  auto& st = self->state;
+  auto& st = state_of(self);
   st.true_high = vs.true_high;
   for (auto& [p, e] : vs.owner_epochs)
     st.own.claimed(p, e);
@@ -244,7 +244,7 @@ void on_verified(supervisor_pointer self, verified_start vs, std::shared_ptr<gen
 }
 
 void start_generation(supervisor_pointer self) {
-  auto& st = self->state;
+  auto& st = state_of(self);
   ++st.generation;
   transition(self, "verifying", "");
   auto gen = std::make_shared<generation>();
@@ -263,11 +263,11 @@ void start_generation(supervisor_pointer self) {
   qsp::mail(self, atom::verify_v).request(st.verifier, caf::infinite)
     .then(
       [=](verified_start& vs) {
-        if (self->state.generation == id && !self->state.stopping)
+        if (state_of(self).generation == id && !state_of(self).stopping)
           on_verified(self, std::move(vs), gen);
       },
       [=](caf::error& err) {
-        auto& st = self->state;
+        auto& st = state_of(self);
         if (st.generation != id || st.stopping)
           return;
         // Claims made before the failure stand: this node still owns them.
@@ -280,7 +280,7 @@ void start_generation(supervisor_pointer self) {
 // Answers every shutdown request once the children are down and the
 // projection's I/O is released, or with an error at the deadline; then quits.
 void shutdown_tick(supervisor_pointer self) {
-  auto& st = self->state;
+  auto& st = state_of(self);
   bool io_done = st.opts.io.expired();
   bool done = st.dying.empty() && io_done;
   if (!done && self->clock().now() < st.shutdown_deadline) {
@@ -307,7 +307,7 @@ void shutdown_tick(supervisor_pointer self) {
 }
 
 void begin_shutdown(supervisor_pointer self) {
-  auto& st = self->state;
+  auto& st = state_of(self);
   st.stopping = true;
   for (auto& rp : st.revokes)
     rp.deliver(caf::ok_atom_v);
@@ -346,7 +346,7 @@ supervisor_actor::behavior_type
 supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<port_factory> ports,
            std::shared_ptr<const core::decoder> decoder, std::shared_ptr<metrics> stats,
            projection_options opts) {
-  auto& st = self->state;
+  auto& st = state_of(self);
   st.cfg = std::move(cfg);
   st.ports = std::move(ports);
   st.decoder = std::move(decoder);
@@ -357,7 +357,7 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
                                  : static_cast<uint64_t>(
                                    self->clock().now().time_since_epoch().count()));
   st.watch.on_down(self, [=](const caf::actor_addr& source, const caf::error& down_reason) {
-    auto& st = self->state;
+    auto& st = state_of(self);
     // A subscriber that terminated: forget it.
     auto sub = std::find_if(st.subscribers.begin(), st.subscribers.end(),
                             [&](const status_listener& x) { return x.address() == source; });
@@ -389,7 +389,7 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
   // calls included (use `shutdown` to learn when all of it has stopped).
   // A normal exit of a linked actor is ignored, as CAF's default handler does.
   auto on_exit = [=](caf::exit_msg& msg) {
-    auto& st = self->state;
+    auto& st = state_of(self);
     if (!msg.reason || st.stopping)
       return;
     st.logs->info("exit message ({}), stopping", caf::to_string(msg.reason));
@@ -488,12 +488,12 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
     self, on_exit,
     [=](atom::status) -> caf::result<projection_status> {
       auto rp = self->make_response_promise<projection_status>();
-      auto s = snapshot(self->state);
-      if (!self->state.aggregator) {
+      auto s = snapshot(state_of(self));
+      if (!state_of(self).aggregator) {
         rp.deliver(s);
         return rp;
       }
-      qsp::mail(self, atom::status_v).request(self->state.aggregator, std::chrono::seconds(5))
+      qsp::mail(self, atom::status_v).request(state_of(self).aggregator, std::chrono::seconds(5))
         .then(
           [=](std::vector<partition_status>& parts) mutable {
             s.partitions = std::move(parts);
@@ -504,17 +504,17 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
     },
     [=](atom::pull, const std::string& user, uint32_t limit) -> caf::result<session_list> {
       // The PULL_SESSION_LIST gate.
-      auto& st = self->state;
+      auto& st = state_of(self);
       if (!st.ready || !st.reader) {
         auto text = "projection of " + st.cfg.topic + " (" + st.cfg.ns + ") is " + st.state;
         if (st.state == "ready" && st.cfg.clustered() && !st.namespace_ready)
           text += ", but its namespace is not: " + namespace_held(st);
         return caf::make_error(ec::not_ready, std::move(text));
       }
-      return self->delegate(self->state.reader, atom::sessions_v, user, limit);
+      return qsp::mail(self, atom::sessions_v, user, limit).delegate(state_of(self).reader);
     },
     [=](atom::subscribe, const status_listener& listener) {
-      auto& st = self->state;
+      auto& st = state_of(self);
       if (!listener)
         return;
       auto known = std::any_of(st.subscribers.begin(), st.subscribers.end(),
@@ -526,7 +526,7 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
       qsp::mail(self, atom::status_v, snapshot(st)).send(listener);
     },
     [=](atom::unsubscribe, const status_listener& listener) {
-      auto& st = self->state;
+      auto& st = state_of(self);
       auto i = std::find(st.subscribers.begin(), st.subscribers.end(), listener);
       if (i != st.subscribers.end()) {
         st.watch.demonitor(self, listener.address());
@@ -537,28 +537,28 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
       // Only this generation's aggregator may open the gate: a previous
       // generation's aggregator can still announce after a restart.
       if (caf::actor_cast<caf::actor_addr>(self->current_sender())
-          != self->state.aggregator.address())
+          != state_of(self).aggregator.address())
         return;
-      if (self->state.state == "catching-up") {
-        self->state.attempt = 0;
+      if (state_of(self).state == "catching-up") {
+        state_of(self).attempt = 0;
         transition(self, "ready",
-                   self->state.cfg.clustered() && self->state.own.owned().empty()
+                   state_of(self).cfg.clustered() && state_of(self).own.owned().empty()
                      ? "owns no partition (yet); the gate follows the namespace"
                      : "every partition reached its start target H0");
       }
     },
     [=](atom::restart, uint64_t gen) {
-      auto& st = self->state;
+      auto& st = state_of(self);
       if (gen == st.generation && !st.stopping && (st.state == "starting" || st.state == "dirty"))
         start_generation(self);
     },
     [=](atom::tick) {
-      if (self->state.stopping && !self->state.shutdowns.empty())
+      if (state_of(self).stopping && !state_of(self).shutdowns.empty())
         shutdown_tick(self);
     },
     [=](atom::repeat) { notify(self); },
     [=](atom::assign, const std::vector<int32_t>& parts) -> caf::result<caf::ok_atom> {
-      auto& st = self->state;
+      auto& st = state_of(self);
       if (st.cfg.ownership != ownership_mode::host && st.cfg.ownership != ownership_mode::group)
         return caf::make_error(ec::invalid_config,
                                std::string{"assign: projection.ownership is "}
@@ -587,7 +587,7 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
       return rp;
     },
     [=](atom::revoke, const std::vector<int32_t>& parts) -> caf::result<caf::ok_atom> {
-      auto& st = self->state;
+      auto& st = state_of(self);
       if (st.cfg.ownership != ownership_mode::host && st.cfg.ownership != ownership_mode::group)
         return caf::make_error(ec::invalid_config,
                                std::string{"revoke: projection.ownership is "}
@@ -623,18 +623,18 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
       return rp;
     },
     [=](atom::heartbeat, uint64_t token) {
-      if (token == self->state.hb_token)
+      if (token == state_of(self).hb_token)
         heartbeat(self);
     },
     [=](atom::verify, const caf::error& err) {
       // The group membership cannot go on (authorization, a fatal error).
-      auto& st = self->state;
+      auto& st = state_of(self);
       if (st.stopping || st.state == "refused")
         return;
       fail(self, is_refusal(err) ? err : caf::make_error(ec::refused, describe(err)));
     },
     [=](atom::shutdown) -> caf::result<caf::ok_atom> {
-      auto& st = self->state;
+      auto& st = state_of(self);
       auto rp = self->make_response_promise<caf::ok_atom>();
       st.shutdowns.push_back(rp);
       if (!st.stopping)

@@ -19,7 +19,7 @@ namespace qsp::supervision {
 // group and host modes it moved on and this node lets it go; with static
 // ownership two nodes list it, which an operator must fix.
 caf::error on_fenced(supervisor_pointer self, int32_t p, const std::string& why) {
-  auto& st = self->state;
+  auto& st = state_of(self);
   if (!st.cfg.clustered())
     return caf::make_error(ec::refused,
                            why + " (projection.ownership = all, but the namespace has owner "
@@ -35,7 +35,7 @@ caf::error on_fenced(supervisor_pointer self, int32_t p, const std::string& why)
 // -- ownership changes (docs/DESIGN.md §12) -----------------------------------------
 
 void finish_regeneration(supervisor_pointer self) {
-  auto& st = self->state;
+  auto& st = state_of(self);
   st.regenerating = false;
   if (st.state == "refused" || st.stopping)
     return;
@@ -51,7 +51,7 @@ void finish_regeneration(supervisor_pointer self) {
 // Stops the running generation (unconfirmed batches get no checkpoint) and
 // starts the next one, with the current ownership, once all of it is down.
 void regenerate(supervisor_pointer self) {
-  auto& st = self->state;
+  auto& st = state_of(self);
   if (st.stopping)
     return;
   if (st.state == "refused") {
@@ -93,7 +93,7 @@ void on_extended(supervisor_pointer self, verified_start vs, std::shared_ptr<gen
 // generation's consumer; one addition at a time, later ones queue.  The
 // partitions kept go on as they are.
 void extend(supervisor_pointer self, std::vector<int32_t> added) {
-  auto& st = self->state;
+  auto& st = state_of(self);
   if (!st.extending.empty()) {
     st.queued_adds.insert(st.queued_adds.end(), added.begin(), added.end());
     return;
@@ -110,12 +110,12 @@ void extend(supervisor_pointer self, std::vector<int32_t> added) {
       [=](verified_start& vs) {
         // A failure or refusal meanwhile ended the generation (its answer
         // may already have been queued): nothing is added to it.
-        auto& st = self->state;
+        auto& st = state_of(self);
         if (st.generation == id && !st.stopping && st.writer && !st.extending.empty())
           on_extended(self, std::move(vs), gen);
       },
       [=](caf::error& err) {
-        auto& st = self->state;
+        auto& st = state_of(self);
         if (st.generation != id || st.stopping || !st.writer)
           return;
         for (auto& [p, e] : gen->claims())
@@ -125,7 +125,7 @@ void extend(supervisor_pointer self, std::vector<int32_t> added) {
 }
 
 void on_extended(supervisor_pointer self, verified_start vs, std::shared_ptr<generation> gen) {
-  auto& st = self->state;
+  auto& st = state_of(self);
   st.extending.clear();
   for (auto& [p, e] : vs.owner_epochs)
     st.own.claimed(p, e);
@@ -156,7 +156,7 @@ void on_extended(supervisor_pointer self, verified_start vs, std::shared_ptr<gen
 // is `rp` answered and the partitions handed on.  The others go on.
 void shrink(supervisor_pointer self, const std::vector<int32_t>& dropped,
             caf::typed_response_promise<caf::ok_atom> rp) {
-  auto& st = self->state;
+  auto& st = state_of(self);
   for (auto p : dropped) {
     auto c = st.consumers.find(p);
     if (c == st.consumers.end())
@@ -176,7 +176,7 @@ void shrink(supervisor_pointer self, const std::vector<int32_t>& dropped,
   // The writer may fail meanwhile: then nothing of these partitions is
   // written any more either, and the revoke is answered all the same.
   auto done = [=]() mutable {
-    auto& st = self->state;
+    auto& st = state_of(self);
     for (auto p : dropped)
       if (auto i = st.draining.find(p); i != st.draining.end())
         st.draining.erase(i);
@@ -224,7 +224,7 @@ std::string namespace_held(const supervisor_state& st) {
 }
 
 void on_report(supervisor_pointer self, const cluster_report& rep) {
-  auto& st = self->state;
+  auto& st = state_of(self);
   bool refresh = false;
   for (auto& f : rep.fenced) {
     auto p = f.partition;
@@ -301,7 +301,7 @@ caf::timespan heartbeat_delay(const supervisor_state& st) {
 // One cluster heartbeat: the aggregator's progress, published; the
 // namespace's view, read; the next one after the answer.
 void heartbeat(supervisor_pointer self) {
-  auto& st = self->state;
+  auto& st = state_of(self);
   if (st.stopping || !st.member)
     return;
   if (st.hb_in_flight) {
@@ -315,7 +315,7 @@ void heartbeat(supervisor_pointer self) {
   // handover in progress: the gate opens as soon as the view shows the new
   // owner at its H0, not up to one interval later; one EVAL per read).
   auto next = [=] {
-    auto& st = self->state;
+    auto& st = state_of(self);
     st.hb_in_flight = false;
     if (st.hb_again) {
       st.hb_again = false;
@@ -326,19 +326,19 @@ void heartbeat(supervisor_pointer self) {
   };
   auto timeout = st.cfg.redis.command_timeout + std::chrono::seconds(1);
   auto send = [=](std::vector<partition_status> parts) {
-    auto& st = self->state;
+    auto& st = state_of(self);
     if (st.stopping)
       return;
     qsp::mail(self, atom::heartbeat_v, published(st, parts)).request(st.member, timeout)
       .then(
         [=](cluster_report& rep) {
-          if (self->state.stopping)
+          if (state_of(self).stopping)
             return;
           on_report(self, rep);
           next();
         },
         [=](caf::error& err) {
-          if (self->state.stopping)
+          if (state_of(self).stopping)
             return;
           on_report(self, cluster_report{{}, {}, describe(err)});
           next();
@@ -351,7 +351,7 @@ void heartbeat(supervisor_pointer self) {
   qsp::mail(self, atom::status_v).request(st.aggregator, timeout)
     .then([=](std::vector<partition_status>& parts) {
             // A generation started meanwhile: its aggregator's H0 is the one to publish.
-            send(self->state.generation == id ? std::move(parts)
+            send(state_of(self).generation == id ? std::move(parts)
                                               : std::vector<partition_status>{});
           },
           [=](caf::error&) { send({}); });

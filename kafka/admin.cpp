@@ -251,7 +251,7 @@ admin::create_topic(const std::string& topic, int partitions,
   for (size_t i = 0; i < n; ++i)
     if (auto e = rd_kafka_topic_result_error(rs[i]))
       return kafka_error(e, "create topic " + topic);
-  return caf::unit;
+  return {};
 }
 
 caf::expected<void> admin::delete_topic(const std::string& topic) {
@@ -270,7 +270,7 @@ caf::expected<void> admin::delete_topic(const std::string& topic) {
   for (size_t i = 0; i < n; ++i)
     if (auto e = rd_kafka_topic_result_error(rs[i]))
       return kafka_error(e, "delete topic " + topic);
-  return caf::unit;
+  return {};
 }
 
 caf::expected<void> admin::delete_records(const std::string& topic, int32_t partition,
@@ -292,7 +292,7 @@ caf::expected<void> admin::delete_records(const std::string& topic, int32_t part
   for (int i = 0; offs != nullptr && i < offs->cnt; ++i)
     if (offs->elems[i].err)
       return kafka_error(offs->elems[i].err, "delete records of " + topic);
-  return caf::unit;
+  return {};
 }
 
 } // namespace qsp::kafka

@@ -133,7 +133,7 @@ public:
     }
     if (failure)
       return failure;
-    return caf::unit;
+    return {};
   }
 
 private:
@@ -297,7 +297,7 @@ caf::expected<void> dispatch_log_consumer::assign(const std::map<int32_t, int64_
       cfg_.client.logs->warn("{}", describe(undo));
     return err;
   }
-  return caf::unit;
+  return {};
 }
 
 caf::error dispatch_log_consumer::check_ranges(const std::map<int32_t, int64_t>& starts) {
@@ -407,10 +407,10 @@ caf::expected<void> dispatch_log_consumer::remove(const std::vector<int32_t>& pa
         gone.push_back(p);
   }
   if (gone.empty())
-    return caf::unit;
+    return {};
   if (auto err = unassign(gone, "remove"))
     return err;
-  return caf::unit;
+  return {};
 }
 
 caf::error dispatch_log_consumer::unassign(const std::vector<int32_t>& partitions,

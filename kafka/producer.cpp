@@ -45,32 +45,32 @@ caf::expected<void> producer::send(const std::string& topic, int32_t partition,
     if (err)
       return kafka_error(err, "produce to " + topic);
     rd_kafka_poll(rk_.get(), 0);
-    return caf::unit;
+    return {};
   }
 }
 
 caf::expected<void> producer::flush() {
   if (auto err = rd_kafka_flush(rk_.get(), timeout_ms_ * 6))
     return kafka_error(err, "flush");
-  return caf::unit;
+  return {};
 }
 
 caf::expected<void> producer::begin() {
   if (auto err = from(rd_kafka_begin_transaction(rk_.get()), "begin transaction"))
     return err;
-  return caf::unit;
+  return {};
 }
 
 caf::expected<void> producer::commit() {
   if (auto err = from(rd_kafka_commit_transaction(rk_.get(), timeout_ms_), "commit transaction"))
     return err;
-  return caf::unit;
+  return {};
 }
 
 caf::expected<void> producer::abort() {
   if (auto err = from(rd_kafka_abort_transaction(rk_.get(), timeout_ms_), "abort transaction"))
     return err;
-  return caf::unit;
+  return {};
 }
 
 } // namespace qsp::kafka

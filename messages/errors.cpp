@@ -24,6 +24,23 @@ std::string to_string(ec x) {
   return "unknown";
 }
 
+bool from_string(std::string_view text, ec& x) {
+  for (auto i = static_cast<int>(ec::unspecified); i <= static_cast<int>(ec::fenced); ++i) {
+    if (to_string(static_cast<ec>(i)) == text) {
+      x = static_cast<ec>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+bool from_integer(std::underlying_type_t<ec> value, ec& x) {
+  if (value < static_cast<uint8_t>(ec::unspecified) || value > static_cast<uint8_t>(ec::fenced))
+    return false;
+  x = static_cast<ec>(value);
+  return true;
+}
+
 bool is_refusal(ec x) {
   switch (x) {
     case ec::refused:

@@ -10,11 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "caf/atom.hpp"
 #include "caf/error.hpp"
-#include "caf/make_message.hpp"
 #include "caf/message.hpp"
-#include "caf/meta/type_name.hpp"
 #include "caf/type_id.hpp"
 
 #include "core/checkpoint.hpp"
@@ -90,32 +87,56 @@ struct cluster_report {
 // -- inspect -------------------------------------------------------------------
 
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, partition_batch& x) {
-  return f(caf::meta::type_name("qsp.partition_batch"), x.partition, x.begin_offset,
-           x.end_offset, x.end_epoch, x.records, x.bytes);
+auto inspect(Inspector& f, partition_batch& x) {
+  return inspect_object(f, x, "qsp.partition_batch",
+                        QSP_FIELD(x, partition),
+                        QSP_FIELD(x, begin_offset),
+                        QSP_FIELD(x, end_offset),
+                        QSP_FIELD(x, end_epoch),
+                        QSP_FIELD(x, records),
+                        QSP_FIELD(x, bytes));
 }
 
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, checkpoint_advanced& x) {
-  return f(caf::meta::type_name("qsp.checkpoint_advanced"), x.partition, x.next_offset,
-           x.records, x.recipient_writes);
+auto inspect(Inspector& f, checkpoint_advanced& x) {
+  return inspect_object(f, x, "qsp.checkpoint_advanced",
+                        QSP_FIELD(x, partition),
+                        QSP_FIELD(x, next_offset),
+                        QSP_FIELD(x, records),
+                        QSP_FIELD(x, recipient_writes));
 }
 
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, verified_start& x) {
-  return f(caf::meta::type_name("qsp.verified_start"), x.id, x.starts, x.checkpoints, x.epochs, x.h0,
-           x.true_high, x.retention_ms, x.meta_created, x.owner_epochs);
+auto inspect(Inspector& f, verified_start& x) {
+  return inspect_object(f, x, "qsp.verified_start",
+                        QSP_FIELD(x, id),
+                        QSP_FIELD(x, starts),
+                        QSP_FIELD(x, checkpoints),
+                        QSP_FIELD(x, epochs),
+                        QSP_FIELD(x, h0),
+                        QSP_FIELD(x, true_high),
+                        QSP_FIELD(x, retention_ms),
+                        QSP_FIELD(x, meta_created),
+                        QSP_FIELD(x, owner_epochs));
 }
 
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, owned_status& x) {
-  return f(caf::meta::type_name("qsp.owned_status"), x.partition, x.epoch, x.state, x.h0,
-           x.next_offset, x.caught_up);
+auto inspect(Inspector& f, owned_status& x) {
+  return inspect_object(f, x, "qsp.owned_status",
+                        QSP_FIELD(x, partition),
+                        QSP_FIELD(x, epoch),
+                        QSP_FIELD(x, state),
+                        QSP_FIELD(x, h0),
+                        QSP_FIELD(x, next_offset),
+                        QSP_FIELD(x, caught_up));
 }
 
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, cluster_report& x) {
-  return f(caf::meta::type_name("qsp.cluster_report"), x.fenced, x.view, x.error);
+auto inspect(Inspector& f, cluster_report& x) {
+  return inspect_object(f, x, "qsp.cluster_report",
+                        QSP_FIELD(x, fenced),
+                        QSP_FIELD(x, view),
+                        QSP_FIELD(x, error));
 }
 
 } // namespace qsp
@@ -123,38 +144,51 @@ typename Inspector::result_type inspect(Inspector& f, cluster_report& x) {
 namespace qsp::core {
 
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, dispatch& x) {
-  return f(caf::meta::type_name("qsp.dispatch"), x.conversation_id, x.created_at,
-           x.recipients);
+auto inspect(Inspector& f, dispatch& x) {
+  return inspect_object(f, x, "qsp.dispatch",
+                        QSP_FIELD(x, conversation_id),
+                        QSP_FIELD(x, created_at),
+                        QSP_FIELD(x, recipients));
 }
 
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, dispatch_batch::text_ref& x) {
-  return f(caf::meta::type_name("qsp.text_ref"), x.offset, x.size);
+auto inspect(Inspector& f, dispatch_batch::text_ref& x) {
+  return inspect_object(f, x, "qsp.text_ref",
+                        QSP_FIELD(x, offset),
+                        QSP_FIELD(x, size));
 }
 
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, dispatch_batch::record& x) {
-  return f(caf::meta::type_name("qsp.dispatch_ref"), x.conversation_id, x.created_at,
-           x.first_recipient, x.recipient_count);
+auto inspect(Inspector& f, dispatch_batch::record& x) {
+  return inspect_object(f, x, "qsp.dispatch_ref",
+                        QSP_FIELD(x, conversation_id),
+                        QSP_FIELD(x, created_at),
+                        QSP_FIELD(x, first_recipient),
+                        QSP_FIELD(x, recipient_count));
 }
 
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, dispatch_batch& x) {
-  return f(caf::meta::type_name("qsp.dispatch_batch"), x.text, x.records, x.recipients);
+auto inspect(Inspector& f, dispatch_batch& x) {
+  return inspect_object(f, x, "qsp.dispatch_batch",
+                        QSP_FIELD(x, text),
+                        QSP_FIELD(x, records),
+                        QSP_FIELD(x, recipients));
 }
 
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, identity& x) {
-  return f(caf::meta::type_name("qsp.identity"), x.topic, x.partition_count, x.cluster_id,
-           x.topic_id);
+auto inspect(Inspector& f, identity& x) {
+  return inspect_object(f, x, "qsp.identity",
+                        QSP_FIELD(x, topic),
+                        QSP_FIELD(x, partition_count),
+                        QSP_FIELD(x, cluster_id),
+                        QSP_FIELD(x, topic_id));
 }
 
 } // namespace qsp::core
 
 // -- the internal type-ID block -------------------------------------------------
 
-CAF_BEGIN_TYPE_ID_BLOCK(qsp_internal, caf::id_block::qsp::end)
+CAF_BEGIN_TYPE_ID_BLOCK(qsp_internal, caf::id_block::qsp_handles::end)
   CAF_ADD_TYPE_ID(qsp_internal, (qsp::partition_batch))
   CAF_ADD_TYPE_ID(qsp_internal, (qsp::checkpoint_advanced))
   CAF_ADD_TYPE_ID(qsp_internal, (qsp::verified_start))

@@ -116,7 +116,7 @@ public:
                                              const core::copy_refresh& plan) {
     (void) id;
     (void) plan;
-    return caf::unit;
+    return {};
   }
   /// Callable from any thread: a call blocked in I/O on this store returns
   /// promptly with an error, and so does every later call.
@@ -167,7 +167,7 @@ public:
                const std::map<int32_t, std::pair<int64_t, int32_t>>& positions) {
     (void) id;
     (void) positions;
-    return caf::unit;
+    return {};
   }
   /// Redis Cluster mode: the primaries whose copies the generation's start
   /// judged (node id -> replid and copy tag).  write_copies then refuses
@@ -226,7 +226,7 @@ public:
     for (auto& r : buf)
       if (!visit(log_record_view{r.offset, r.value, r.timestamp_ms, r.leader_epoch}))
         break;
-    return caf::unit;
+    return {};
   }
   /// Asks for `wake` to be called (from any thread, so it must only post a
   /// message) when records or events arrive while nothing is queued; the

@@ -394,18 +394,18 @@ void redis_cluster_session_store::interrupt() { router_->interrupt(); }
 
 caf::expected<void> redis_cluster_session_store::apply(const std::vector<session_update>& updates) {
   if (updates.empty())
-    return caf::unit;
+    return {};
   if (auto ok = send(updates); !ok)
     return ok;
   auto done = confirm(updates.size(), std::chrono::milliseconds{-1});
   if (!done)
     return done.error();
-  return caf::unit;
+  return {};
 }
 
 caf::expected<void> redis_cluster_session_store::send(const std::vector<session_update>& updates) {
   if (updates.empty())
-    return caf::unit;
+    return {};
   const auto& prefix = router_->config().convs_prefix;
   const auto& map = router_->map();
   batch b;
@@ -442,7 +442,7 @@ caf::expected<void> redis_cluster_session_store::send(const std::vector<session_
     count(pt.to, {pt.ends.size(), 0, 0, 0});
   }
   batches_.push_back(std::move(b));
-  return caf::unit;
+  return {};
 }
 
 caf::error redis_cluster_session_store::follow(const part& p, size_t i, const redirection& first) {
@@ -687,7 +687,7 @@ caf::error redis_cluster_session_store::check_judged() const {
 caf::expected<void> redis_cluster_session_store::write_copies(
   const core::identity& id, const std::map<int32_t, std::pair<int64_t, int32_t>>& positions) {
   if (positions.empty())
-    return caf::unit;
+    return {};
   // A primary the facts do not know (slots moved to a new one, or a
   // failover): learn every primary again, or it would get no copy.
   bool known = facts_.size() == router_->map().shards().size();
@@ -711,7 +711,7 @@ caf::expected<void> redis_cluster_session_store::write_copies(
   for (int attempt = 0; attempt < 4; ++attempt) {
     auto put = put_copies(*router_, facts_, id, all);
     if (!put.err)
-      return caf::unit;
+      return {};
     if (!put.redirected)
       return put.err;
     // A copy key's slot (or a primary) moved: the new map (from the node

@@ -383,7 +383,7 @@ redis_checkpoint_store::cluster_state(const std::string& topic) {
 caf::expected<void> redis_checkpoint_store::refresh_copies(const core::identity& id,
                                                            const core::copy_refresh& plan) {
   if (!router_)
-    return caf::unit;
+    return {};
   if (auto err = refresh_cluster_copies(*router_, id, plan))
     return err;
   // The primaries the copies were written to become known: a later start
@@ -419,7 +419,7 @@ caf::expected<void> redis_checkpoint_store::refresh_copies(const core::identity&
     if (!r)
       return r.error();
   }
-  return caf::unit;
+  return {};
 }
 
 // WAIT after the checkpoint's script: the replicas acknowledge the
@@ -432,12 +432,12 @@ caf::expected<void> redis_checkpoint_store::refresh_copies(const core::identity&
 caf::expected<void> redis_checkpoint_store::wait_replicas() {
   auto& cfg = conn_->config();
   if (cfg.wait_replicas <= 0)
-    return caf::unit;
+    return {};
   auto r = conn_->command({"WAIT", core::to_decimal(cfg.wait_replicas),
                            core::to_decimal(cfg.wait_timeout_ms)});
   if (!r)
     return r.error();
-  return caf::unit;
+  return {};
 }
 
 caf::expected<void> redis_checkpoint_store::write_checkpoint(const core::identity& id,
@@ -659,7 +659,7 @@ caf::expected<void> redis_cluster_store::release(const std::string& topic,
                                                  const std::string& node,
                                                  const std::map<int32_t, uint64_t>& partitions) {
   if (partitions.empty())
-    return caf::unit;
+    return {};
   auto& ns = conn_->config().ns;
   std::vector<std::string> argv{"EVAL", release_script, std::to_string(partitions.size())};
   for (auto& [p, e] : partitions)
@@ -670,7 +670,7 @@ caf::expected<void> redis_cluster_store::release(const std::string& topic,
   auto r = conn_->command(argv);
   if (!r)
     return r.error();
-  return caf::unit;
+  return {};
 }
 
 caf::expected<std::vector<cluster_partition>>
@@ -737,7 +737,7 @@ caf::expected<void> redis_session_store::apply(const std::vector<session_update>
   auto done = confirm(updates.size(), std::chrono::milliseconds{-1});
   if (!done)
     return done.error();
-  return caf::unit;
+  return {};
 }
 
 namespace {
@@ -936,7 +936,7 @@ caf::expected<void> redis_session_store::send(const std::vector<session_update>&
     p = put_zadd(p, prefix, u);
   if (auto err = conn_->write_formatted(std::string_view{begin, static_cast<size_t>(p - begin)}))
     return err;
-  return caf::unit;
+  return {};
 }
 
 caf::expected<bool> redis_session_store::confirm(size_t n, std::chrono::milliseconds wait) {

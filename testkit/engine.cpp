@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "caf/atom.hpp"
 #include "caf/send.hpp"
 
 namespace qsp::test {

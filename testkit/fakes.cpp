@@ -1257,7 +1257,7 @@ caf::expected<void> fake_checkpoint_store::write_checkpoint(const core::identity
   if (w_->write_lost_reply_fault.fire())
     return failure(w_->write_lost_reply_fault, ec::redis_unavailable,
                    "reply to the guarded checkpoint write lost");
-  return caf::unit;
+  return {};
 }
 
 // -- session store -----------------------------------------------------------------
@@ -1301,7 +1301,7 @@ caf::expected<void> fake_session_store::apply(const std::vector<session_update>&
   w_->zadd(ups, limit);
   if (err)
     return err;
-  return caf::unit;
+  return {};
 }
 
 caf::expected<void> fake_session_store::enqueue(const std::vector<session_update>& updates,
@@ -1331,7 +1331,7 @@ caf::expected<void> fake_session_store::enqueue(const std::vector<session_update
   for (auto& u : ups)
     w_->calls.zadd_members += u.members.size();
   held = std::move(ups);
-  return caf::unit;
+  return {};
 }
 
 // Pipelined like Redis: the commands take effect when sent (lazy_pipeline:
@@ -1365,7 +1365,7 @@ caf::expected<void> fake_session_store::send(const std::vector<session_update>& 
   }
   unconfirmed_.push_back(u);
   w_->calls.max_unconfirmed = std::max<uint64_t>(w_->calls.max_unconfirmed, unconfirmed_.size());
-  return caf::unit;
+  return {};
 }
 
 caf::expected<bool> fake_session_store::confirm(size_t n, std::chrono::milliseconds wait) {
@@ -1462,7 +1462,7 @@ caf::expected<void> fake_partition_reader::poll(size_t max, std::vector<log_reco
     return caf::make_error(ec::kafka_read, "fake: " + where
                                              + ": the topic was recreated (unknown topic id)");
   if (w_->broker_down)
-    return caf::unit; // librdkafka retries in the background: nothing arrives
+    return {}; // librdkafka retries in the background: nothing arrives
   auto& fp = w_->part(partition_);
   // KIP-320, as librdkafka validates a position after a leader change: the
   // log's end offset for the position's epoch lies below the position.
@@ -1509,7 +1509,7 @@ caf::expected<void> fake_partition_reader::poll(size_t max, std::vector<log_reco
       passed = pos_;
   }
   w_->events.push_back(fake_event{fake_event::kind::fetched, partition_, pos_});
-  return caf::unit;
+  return {};
 }
 
 int32_t fake_partition_reader::position_epoch(int64_t offset) {
@@ -1593,7 +1593,7 @@ caf::expected<void> fake_dispatch_log::assign(const std::map<int32_t, int64_t>& 
     // start says nothing about this node's partitions.
     w_->events.push_back(fake_event{fake_event::kind::assigned, p, start});
   }
-  return caf::unit;
+  return {};
 }
 
 caf::expected<void> fake_dispatch_log::remove(const std::vector<int32_t>& partitions) {
@@ -1606,7 +1606,7 @@ caf::expected<void> fake_dispatch_log::remove(const std::vector<int32_t>& partit
     readers_.erase(p);
     last_end_.erase(p);
   }
-  return caf::unit;
+  return {};
 }
 
 std::shared_ptr<partition_reader> fake_dispatch_log::reader(int32_t partition) {
@@ -1737,7 +1737,7 @@ caf::expected<void> fake_cluster_store::release(const std::string& topic, const 
       w_->hashes.erase(key);
     }
   }
-  return caf::unit;
+  return {};
 }
 
 caf::expected<std::vector<cluster_partition>>
@@ -1857,7 +1857,7 @@ caf::expected<void> fake_checkpoint_store::refresh_copies(const core::identity&,
   if (auto err = w_->redis_gate("writing the copies"))
     return err;
   if (w_->cluster.shards.empty())
-    return caf::unit;
+    return {};
   // As refresh_cluster_copies: only the cluster the start judged.
   for (auto& sh : w_->cluster.shards) {
     if (sh.slots.empty())
@@ -1889,7 +1889,7 @@ caf::expected<void> fake_checkpoint_store::refresh_copies(const core::identity&,
     w_->note_key(w_->meta_key());
     w_->hashes[w_->meta_key()][core::copies_field] = "1";
   }
-  return caf::unit;
+  return {};
 }
 
 caf::expected<void> fake_session_store::write_copies(
@@ -1898,7 +1898,7 @@ caf::expected<void> fake_session_store::write_copies(
   if (auto err = connection("writing the copies"))
     return err;
   if (w_->cluster.shards.empty())
-    return caf::unit;
+    return {};
   // As redis_cluster_session_store: every primary must be one the start
   // judged, in the same history, under the same copy tag.
   w_->adopt_fixture_copies();
@@ -1932,7 +1932,7 @@ caf::expected<void> fake_session_store::write_copies(
   }
   fake_world::write_scope write{*w_};
   w_->record_copy(positions, false);
-  return caf::unit;
+  return {};
 }
 
 } // namespace qsp::test

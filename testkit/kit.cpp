@@ -32,7 +32,7 @@ void ownership_request(caf::event_based_actor* self, std::shared_ptr<std::string
   auto what = std::string{assign ? "assign " : "revoke "} + list(parts);
   auto req = assign ? qsp::mail(self, atom::assign_v, parts).request(target, caf::infinite)
                     : qsp::mail(self, atom::revoke_v, parts).request(target, caf::infinite);
-  req.then([answer, what](caf::ok_atom) { *answer = what + " answered ok"; },
+  std::move(req).then([answer, what](caf::ok_atom) { *answer = what + " answered ok"; },
            [answer, what](caf::error& e) { *answer = what + " answered " + describe(e); });
 }
 

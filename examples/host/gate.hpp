@@ -22,7 +22,6 @@
 #include <utility>
 
 #include "caf/actor_cast.hpp"
-#include "caf/atom.hpp"
 #include "caf/actor_system.hpp"
 #include "caf/system_messages.hpp"
 #include "caf/result.hpp"
@@ -84,13 +83,13 @@ struct gate_state {
 inline gate_actor::behavior_type gate(gate_actor::stateful_pointer<gate_state> self,
                                       std::string tenant, qsp::projection_actor proj,
                                       alert_fn alert, caf::timespan timeout) {
-  self->state.tenant = std::move(tenant);
-  self->state.watch.on_down(self, [self](const caf::actor_addr&, const caf::error&) { self->quit(); });
-  self->state.watch.monitor(self, proj);
+  qsp::state_of(self).tenant = std::move(tenant);
+  qsp::state_of(self).watch.on_down(self, [self](const caf::actor_addr&, const caf::error&) { self->quit(); });
+  qsp::state_of(self).watch.monitor(self, proj);
   qsp::mail(self, qsp::atom::subscribe_v, caf::actor_cast<qsp::status_listener>(self)).send(proj);
   return {
     [self, alert](qsp::atom::status, const qsp::projection_status& st) {
-      auto& s = self->state;
+      auto& s = qsp::state_of(self);
       s.seen = judge(st);
       s.state = st.state;
       s.last_error = st.last_error;
@@ -102,7 +101,7 @@ inline gate_actor::behavior_type gate(gate_actor::stateful_pointer<gate_state> s
     },
     [self, proj, timeout](atom::pull, const std::string& user,
                           uint32_t limit) -> caf::result<qsp::session_list> {
-      auto& s = self->state;
+      auto& s = qsp::state_of(self);
       if (s.seen == health::refused)
         return caf::make_error(qsp::ec::not_ready,
                                s.tenant + " refused: " + s.last_error);
@@ -126,7 +125,7 @@ inline gate_actor::behavior_type gate(gate_actor::stateful_pointer<gate_state> s
               });
       return rp;
     },
-    [self](atom::health) { return std::string{to_string(self->state.seen)}; },
+    [self](atom::health) { return std::string{to_string(qsp::state_of(self).seen)}; },
   };
 }
 

@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <string>
 
-#include "caf/atom.hpp"
-#include "caf/meta/type_name.hpp"
 #include "caf/type_id.hpp"
+
+#include "qsession/projection/caf_compat.hpp"
 
 namespace host {
 
@@ -19,8 +19,10 @@ struct cache_entry {
 };
 
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, cache_entry& x) {
-  return f(caf::meta::type_name("host.cache_entry"), x.key, x.value);
+auto inspect(Inspector& f, cache_entry& x) {
+  return qsp::inspect_object(f, x, "host.cache_entry",
+                        QSP_FIELD(x, key),
+                        QSP_FIELD(x, value));
 }
 
 } // namespace host

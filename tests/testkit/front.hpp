@@ -58,10 +58,10 @@ inline caf::behavior front(caf::stateful_actor<state>* self, qsp::projection_act
   return {
     [self, log](qsp::atom::status, const qsp::projection_status& st) {
       ++log->pushes;
-      self->state.open = st.ready;
+      state_of(self).open = st.ready;
       // Once per refusal, not once per push (a push may repeat).
-      if (st.state == "refused" && !self->state.refused) {
-        self->state.refused = true;
+      if (st.state == "refused" && !state_of(self).refused) {
+        state_of(self).refused = true;
         log->alerts.push_back(st.last_error);
       }
     },
@@ -70,13 +70,13 @@ inline caf::behavior front(caf::stateful_actor<state>* self, qsp::projection_act
       auto id = ++log->next_id;
       log->arrived.push_back(id);
       auto cached = [self, log, buggy, user, id]() -> std::optional<qsp::session_list> {
-        auto i = self->state.cache.find(user);
-        if (!buggy || i == self->state.cache.end())
+        auto i = state_of(self).cache.find(user);
+        if (!buggy || i == state_of(self).cache.end())
           return std::nullopt;
         log->served.push_back(id);
         return i->second;
       };
-      if (!self->state.open) {
+      if (!state_of(self).open) {
         if (auto stale = cached())
           return *stale;
         return caf::make_error(qsp::ec::not_ready, "front: the gate is closed");
@@ -85,7 +85,7 @@ inline caf::behavior front(caf::stateful_actor<state>* self, qsp::projection_act
       qsp::mail(self, qsp::atom::pull_v, user, limit).request(proj, std::chrono::seconds(2))
         .then(
           [self, log, user, id, rp](qsp::session_list& xs) mutable {
-            self->state.cache[user] = xs;
+            state_of(self).cache[user] = xs;
             log->served.push_back(id);
             rp.deliver(std::move(xs));
           },

@@ -8,6 +8,7 @@
 //   qsp::mail(self, xs...).send(dst)              what 1.1 writes
 //   qsp::mail(self, xs...).delay(d).send(dst)       self->mail(xs...)...
 //   qsp::mail(self, xs...).request(dst, t).then(...)
+//   qsp::mail(self, xs...).delegate(dst)
 //   qsp::anon_mail(xs...).send(dst)                 caf::anon_mail(xs...)...
 //   qsp::down_watch                                 monitors with one down handler
 //   qsp::with_exit_handler(self, on_exit, fs...)    a behavior that traps exits
@@ -39,16 +40,29 @@
 #  include "caf/is_error_code_enum.hpp"
 #  include "caf/init_global_meta_objects.hpp"
 #  include "caf/disposable.hpp"
+#  include "caf/default_enum_inspect.hpp"
+#  include "caf/message.hpp"
 #else
+#  include "caf/atom.hpp"
+#  include "caf/make_message.hpp"
+#  include "caf/meta/type_name.hpp"
 #  include "caf/replies_to.hpp"
 #endif
 
 /// CAF_ERROR_CODE_ENUM: 0.17 takes the category's name, 1.x the enum's
 /// type ID (add it to a type-ID block) and to_string/from_string/from_integer.
+/// QSP_ENUM_INSPECT(E), in E's namespace: 1.x inspects an enum with a type
+/// ID by name (to_string/from_string/from_integer), 0.17 by its number.
 #if CAF_MAJOR_VERSION >= 1
 #  define QSP_ERROR_CODE_ENUM(type, name) CAF_ERROR_CODE_ENUM(type)
+#  define QSP_ENUM_INSPECT(type)                                                               \
+    template <class Inspector>                                                                 \
+    bool inspect(Inspector& f, type& x) {                                                      \
+      return caf::default_enum_inspect(f, x);                                                  \
+    }
 #else
 #  define QSP_ERROR_CODE_ENUM(type, name) CAF_ERROR_CODE_ENUM(type, name)
+#  define QSP_ENUM_INSPECT(type)
 #endif
 
 namespace qsp {
@@ -115,6 +129,11 @@ public:
       xs_);
   }
 
+  template <class Handle>
+  auto delegate(const Handle& dst) && {
+    return std::apply([&](auto&... xs) { return self_->delegate(dst, std::move(xs)...); }, xs_);
+  }
+
   template <class Handle, class Timeout>
   auto request(const Handle& dst, Timeout timeout) && {
     return std::apply(
@@ -177,6 +196,44 @@ auto anon_mail(Ts&&... xs) {
 }
 
 #endif
+
+/// The state of a stateful actor (0.17: the member `state`; 1.x: state()).
+template <class Self>
+auto& state_of(Self* self) {
+#if CAF_MAJOR_VERSION >= 1
+  return self->state();
+#else
+  return self->state;
+#endif
+}
+
+/// One field of an inspected type: QSP_FIELD(x, member).
+template <class T>
+struct field_ref {
+  const char* name;
+  T* value;
+};
+
+template <class T>
+field_ref<T> field(const char* name, T& value) {
+  return {name, &value};
+}
+
+#define QSP_FIELD(x, member) ::qsp::field(#member, (x).member)
+
+/// The body of an inspect overload: `return inspect_object(f, x, "qsp.t",
+/// QSP_FIELD(x, a), ...);` (1.x: f.object(x).fields(...) by name; 0.17: the
+/// fields in order after the type name).
+template <class Inspector, class T, class... Fs>
+auto inspect_object(Inspector& f, T& x, const char* type_name, field_ref<Fs>... fields) {
+#if CAF_MAJOR_VERSION >= 1
+  (void) type_name;
+  return f.object(x).fields(f.field(fields.name, *fields.value)...);
+#else
+  (void) x;
+  return f(caf::meta::type_name(type_name), *fields.value...);
+#endif
+}
 
 /// Registers type-ID blocks: 0.17 adds them to the configuration, 1.x to
 /// the process (once is enough; again is harmless).  Before the system exists.

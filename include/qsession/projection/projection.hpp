@@ -27,10 +27,6 @@ class logger;
 
 namespace qsp {
 
-/// What a subscriber receives: (atom::status, projection_status) on every
-/// change of state, and once right after it subscribed.  The sender is the
-/// projection; the status names its topic and namespace.
-using status_listener = qsp::typed_actor<caf::result<void>(atom::status, projection_status)>;
 
 /// The projection's public handle.
 /// - `status`: a snapshot, with per-partition progress.

@@ -10,13 +10,12 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <vector>
 
-#include "caf/atom.hpp"
 #include "caf/error.hpp"
-#include "caf/make_message.hpp"
 #include "caf/message.hpp"
-#include "caf/meta/type_name.hpp"
 #include <optional>
 
 #include "caf/type_id.hpp"
@@ -49,6 +48,9 @@ enum class ec : uint8_t {
 };
 
 std::string to_string(ec x);
+bool from_string(std::string_view text, ec& x);
+bool from_integer(std::underlying_type_t<ec> value, ec& x);
+QSP_ENUM_INSPECT(ec)
 
 /// True for the codes that stop the projection for good (operator must act).
 bool is_refusal(ec x);
@@ -142,30 +144,64 @@ struct session_entry {
 
 using session_list = std::vector<session_entry>;
 
+
 // -- inspect -------------------------------------------------------------------
 
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, partition_status& x) {
-  return f(caf::meta::type_name("qsp.partition_status"), x.partition, x.start, x.h0,
-           x.next_offset, x.log_end, x.live_lag, x.progress_age_ms);
+auto inspect(Inspector& f, partition_status& x) {
+  return inspect_object(f, x, "qsp.partition_status",
+                        QSP_FIELD(x, partition),
+                        QSP_FIELD(x, start),
+                        QSP_FIELD(x, h0),
+                        QSP_FIELD(x, next_offset),
+                        QSP_FIELD(x, log_end),
+                        QSP_FIELD(x, live_lag),
+                        QSP_FIELD(x, progress_age_ms));
 }
 
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, cluster_partition& x) {
-  return f(caf::meta::type_name("qsp.cluster_partition"), x.partition, x.owner, x.epoch, x.heartbeat_ms, x.live,
-           x.state, x.h0, x.next_offset, x.caught_up, x.ready, x.why);
+auto inspect(Inspector& f, cluster_partition& x) {
+  return inspect_object(f, x, "qsp.cluster_partition",
+                        QSP_FIELD(x, partition),
+                        QSP_FIELD(x, owner),
+                        QSP_FIELD(x, epoch),
+                        QSP_FIELD(x, heartbeat_ms),
+                        QSP_FIELD(x, live),
+                        QSP_FIELD(x, state),
+                        QSP_FIELD(x, h0),
+                        QSP_FIELD(x, next_offset),
+                        QSP_FIELD(x, caught_up),
+                        QSP_FIELD(x, ready),
+                        QSP_FIELD(x, why));
 }
 
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, projection_status& x) {
-  return f(caf::meta::type_name("qsp.projection_status"), x.topic, x.ns, x.state, x.ready,
-           x.partitions, x.last_error, x.restarts, x.records, x.recipient_writes, x.batches,
-           x.failures, x.true_high, x.ownership, x.node, x.owned, x.namespace_ready, x.cluster);
+auto inspect(Inspector& f, projection_status& x) {
+  return inspect_object(f, x, "qsp.projection_status",
+                        QSP_FIELD(x, topic),
+                        QSP_FIELD(x, ns),
+                        QSP_FIELD(x, state),
+                        QSP_FIELD(x, ready),
+                        QSP_FIELD(x, partitions),
+                        QSP_FIELD(x, last_error),
+                        QSP_FIELD(x, restarts),
+                        QSP_FIELD(x, records),
+                        QSP_FIELD(x, recipient_writes),
+                        QSP_FIELD(x, batches),
+                        QSP_FIELD(x, failures),
+                        QSP_FIELD(x, true_high),
+                        QSP_FIELD(x, ownership),
+                        QSP_FIELD(x, node),
+                        QSP_FIELD(x, owned),
+                        QSP_FIELD(x, namespace_ready),
+                        QSP_FIELD(x, cluster));
 }
 
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, session_entry& x) {
-  return f(caf::meta::type_name("qsp.session_entry"), x.conversation_id, x.last_active);
+auto inspect(Inspector& f, session_entry& x) {
+  return inspect_object(f, x, "qsp.session_entry",
+                        QSP_FIELD(x, conversation_id),
+                        QSP_FIELD(x, last_active));
 }
 
 } // namespace qsp
@@ -180,6 +216,8 @@ CAF_BEGIN_TYPE_ID_BLOCK(qsp, QSP_FIRST_TYPE_ID)
   CAF_ADD_TYPE_ID(qsp, (qsp::cluster_partition))
   CAF_ADD_TYPE_ID(qsp, (std::vector<qsp::cluster_partition>))
   CAF_ADD_TYPE_ID(qsp, (std::vector<int32_t>))
+  CAF_ADD_TYPE_ID(qsp, (qsp::ec))
+  CAF_ADD_TYPE_ID(qsp, (std::vector<qsp::partition_status>))
   CAF_ADD_ATOM(qsp, qsp::atom, status, "qsp_status")
   CAF_ADD_ATOM(qsp, qsp::atom, pull, "qsp_pull")
   CAF_ADD_ATOM(qsp, qsp::atom, subscribe, "qsp_sub")
@@ -188,5 +226,19 @@ CAF_BEGIN_TYPE_ID_BLOCK(qsp, QSP_FIRST_TYPE_ID)
   CAF_ADD_ATOM(qsp, qsp::atom, assign, "qsp_assign")
   CAF_ADD_ATOM(qsp, qsp::atom, revoke, "qsp_revoke")
 CAF_END_TYPE_ID_BLOCK(qsp)
+
+namespace qsp {
+
+/// What a subscriber receives: (atom::status, projection_status) on every
+/// change of state, and once right after it subscribed.  The sender is the
+/// projection; the status names its topic and namespace.
+using status_listener = qsp::typed_actor<caf::result<void>(atom::status, projection_status)>;
+
+} // namespace qsp
+
+// Handles whose interfaces use the atoms above.
+CAF_BEGIN_TYPE_ID_BLOCK(qsp_handles, caf::id_block::qsp::end)
+  CAF_ADD_TYPE_ID(qsp_handles, (qsp::status_listener))
+CAF_END_TYPE_ID_BLOCK(qsp_handles)
 
 QSP_ERROR_CODE_ENUM(qsp::ec, "qsp")
