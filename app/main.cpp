@@ -508,8 +508,8 @@ int main(int argc, char** argv) {
       }
     return exit_usage;
   }
-  if (!cfg.remainder.empty()) {
-    std::cerr << "error: unexpected argument \"" << cfg.remainder.front() << "\"\n";
+  if (auto rest = remainder_of(cfg); !rest.empty()) {
+    std::cerr << "error: unexpected argument \"" << rest.front() << "\"\n";
     return exit_usage;
   }
   for (auto& name : flags_off)

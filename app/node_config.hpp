@@ -11,6 +11,7 @@
 #include "caf/actor_system_config.hpp"
 #include "caf/expected.hpp"
 
+#include "qsession/projection/caf_compat.hpp"
 #include "qsession/projection/settings.hpp"
 
 namespace qsp::app {
@@ -28,7 +29,7 @@ struct node_config : caf::actor_system_config {
   /// True if `name` (e.g. "redis.tls") is a boolean option, which CAF's
   /// command line takes as a bare flag only.
   bool is_flag_option(std::string_view name) const {
-    auto* opt = custom_options_.qualified_name_lookup(caf::string_view{name.data(), name.size()});
+    auto* opt = custom_options_.qualified_name_lookup(caf_string_view{name.data(), name.size()});
     return opt != nullptr && opt->is_flag();
   }
 };

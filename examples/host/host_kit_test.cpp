@@ -36,8 +36,7 @@ kit_options host_options() {
 }
 
 bool not_ready(const caf::expected<qsp::session_list>& x) {
-  return !x && x.error().category() == caf::atom("qsp")
-         && x.error().code() == static_cast<uint8_t>(qsp::ec::not_ready);
+  return !x && qsp::code_of(x.error()) == qsp::ec::not_ready;
 }
 
 /// The host under test: its gate in front of the kit's projection, and

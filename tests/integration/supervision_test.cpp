@@ -14,6 +14,7 @@
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
 
+#include "caf/actor_registry.hpp"
 #include "caf/all.hpp"
 
 #include "actors/projection.hpp"
@@ -254,7 +255,7 @@ void shutdown_while_the_broker_is_black_holed(dark what) {
   EXPECT_GT(hole.accepted(), 0);
   auto self = std::make_unique<caf::scoped_actor>(*sys);
   // What the node claims meanwhile: verifying, not ready.
-  (*self)->request(*proj, 5s, atom::status_v)
+  qsp::mail(*self, atom::status_v).request(*proj, 5s)
     .receive(
       [&](const projection_status& st) {
         EXPECT_EQ(st.state, "verifying");
@@ -264,7 +265,7 @@ void shutdown_while_the_broker_is_black_holed(dark what) {
 
   auto before = std::chrono::steady_clock::now();
   caf::error answer = caf::make_error(ec::unspecified, "no answer");
-  (*self)->request(*proj, 60s, atom::shutdown_v)
+  qsp::mail(*self, atom::shutdown_v).request(*proj, 60s)
     .receive([&](caf::ok_atom) { answer = caf::error{}; }, [&](caf::error& err) { answer = err; });
   auto took = std::chrono::steady_clock::now() - before;
   std::printf("shutdown answered in %lld ms with the broker black-holed\n",

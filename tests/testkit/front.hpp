@@ -45,23 +45,24 @@ struct state {
   bool open = false;
   bool refused = false;
   std::map<std::string, qsp::session_list> cache;
+  qsp::down_watch watch;  ///< the projection: the front ends with it
 };
 
 inline caf::behavior front(caf::stateful_actor<state>* self, qsp::projection_actor proj,
                            std::shared_ptr<record> log, bool buggy) {
-  self->monitor(proj);
-  self->set_down_handler([self, log](caf::down_msg&) {
+  qsp::state_of(self).watch.on_down(self, [self, log](const caf::actor_addr&, const caf::error&) {
     log->down = true;
     self->quit();
   });
+  qsp::state_of(self).watch.monitor(self, proj);
   qsp::mail(self, qsp::atom::subscribe_v, caf::actor_cast<qsp::status_listener>(self)).send(proj);
   return {
     [self, log](qsp::atom::status, const qsp::projection_status& st) {
       ++log->pushes;
-      state_of(self).open = st.ready;
+      qsp::state_of(self).open = st.ready;
       // Once per refusal, not once per push (a push may repeat).
-      if (st.state == "refused" && !state_of(self).refused) {
-        state_of(self).refused = true;
+      if (st.state == "refused" && !qsp::state_of(self).refused) {
+        qsp::state_of(self).refused = true;
         log->alerts.push_back(st.last_error);
       }
     },
@@ -70,13 +71,13 @@ inline caf::behavior front(caf::stateful_actor<state>* self, qsp::projection_act
       auto id = ++log->next_id;
       log->arrived.push_back(id);
       auto cached = [self, log, buggy, user, id]() -> std::optional<qsp::session_list> {
-        auto i = state_of(self).cache.find(user);
-        if (!buggy || i == state_of(self).cache.end())
+        auto i = qsp::state_of(self).cache.find(user);
+        if (!buggy || i == qsp::state_of(self).cache.end())
           return std::nullopt;
         log->served.push_back(id);
         return i->second;
       };
-      if (!state_of(self).open) {
+      if (!qsp::state_of(self).open) {
         if (auto stale = cached())
           return *stale;
         return caf::make_error(qsp::ec::not_ready, "front: the gate is closed");
@@ -85,7 +86,7 @@ inline caf::behavior front(caf::stateful_actor<state>* self, qsp::projection_act
       qsp::mail(self, qsp::atom::pull_v, user, limit).request(proj, std::chrono::seconds(2))
         .then(
           [self, log, user, id, rp](qsp::session_list& xs) mutable {
-            state_of(self).cache[user] = xs;
+            qsp::state_of(self).cache[user] = xs;
             log->served.push_back(id);
             rp.deliver(std::move(xs));
           },

@@ -21,8 +21,7 @@ using qsp::testkit::kit;
 using qsp::testkit::kit_options;
 
 bool not_ready(const caf::expected<qsp::session_list>& x) {
-  return !x && x.error().category() == caf::atom("qsp")
-         && x.error().code() == static_cast<uint8_t>(qsp::ec::not_ready);
+  return !x && qsp::code_of(x.error()) == qsp::ec::not_ready;
 }
 
 void fill(kit& k, int per_partition) {

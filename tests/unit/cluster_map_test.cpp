@@ -61,7 +61,7 @@ std::string slots_reply(const std::vector<std::string>& entries) {
 std::string message(const caf::error& e) { return describe(e); }
 
 bool has_code(const caf::error& e, ec code) {
-  return e.category() == caf::atom("qsp") && static_cast<ec>(e.code()) == code;
+  return code_of(e) == code;
 }
 
 const std::string id_a(40, 'a'), id_b(40, 'b'), id_c(40, 'c');

@@ -20,6 +20,9 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <string>
+#include <string_view>
+#include <vector>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -274,6 +277,23 @@ void set_caf_option(caf::actor_system_config& cfg, const std::string& key,
   cfg.set(key, caf::atom(value));
 #endif
 }
+
+/// The command-line arguments CAF did not take (0.17: a member, 1.x: a function).
+inline std::vector<std::string> remainder_of(const caf::actor_system_config& cfg) {
+#if CAF_MAJOR_VERSION >= 1
+  auto xs = cfg.remainder();
+  return {xs.begin(), xs.end()};
+#else
+  return cfg.remainder;
+#endif
+}
+
+/// The string view CAF's own functions take (0.17 has its own type).
+#if CAF_MAJOR_VERSION >= 1
+using caf_string_view = std::string_view;
+#else
+using caf_string_view = caf::string_view;
+#endif
 
 /// True if `x` is an error of the code enum `Enum` (0.17 names an error's
 /// category by an atom, 1.x by the enum's type ID).
