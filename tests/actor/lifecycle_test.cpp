@@ -13,9 +13,9 @@ namespace {
 struct Lifecycle : projection_fixture {
 
   supervisor_state& sup() {
-    return deref<std::remove_pointer_t<supervisor_actor::stateful_pointer<supervisor_state>>>(
-             caf::actor_cast<supervisor_actor>(proj))
-      .state;
+    return state_of(
+      deref<std::remove_pointer_t<supervisor_actor::stateful_pointer<supervisor_state>>>(
+        caf::actor_cast<supervisor_actor>(proj)));
   }
 
   /// Sends `shutdown` from a helper actor; the answer lands in the result.
@@ -130,7 +130,7 @@ TEST_F(Lifecycle, ASecondShutdownRequestIsAnsweredToo) {
 
 TEST_F(Lifecycle, ErrorsOfTheQspCategoryRenderByName) {
   auto err = caf::make_error(ec::invalid_config, "projection.partition-count: required");
-  auto text = sys.render(err);
+  auto text = render(sys, err);
   EXPECT_TRUE(contains(text, "invalid_config"));
   EXPECT_TRUE(contains(text, "projection.partition-count: required"));
 }
