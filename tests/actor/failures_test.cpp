@@ -1,7 +1,5 @@
 // Transient failures: dirty, jittered exponential backoff, restart from the
 // checkpoints, no loss; and checkpoints changed behind the writer's back.
-#define CAF_SUITE failures
-
 #include <algorithm>
 #include <random>
 
@@ -12,7 +10,7 @@ using namespace qsp::test;
 
 namespace {
 
-struct fixture : projection_fixture {
+struct Failures : projection_fixture {
   /// Three partitions of `n` records each, small batches.
   void three_partitions(int n, size_t batch = 5) {
     for (int32_t p = 0; p < 3; ++p)
@@ -47,20 +45,20 @@ struct fixture : projection_fixture {
     h0 = world->lsos();
     f.arm(1, after);
     start();
-    CAF_REQUIRE(drive_to("dirty"));
-    CAF_CHECK_EQUAL(failures_of(code), 1u);
-    CAF_CHECK(contains(last_error(), "injected failure"));
+    ASSERT_TRUE(drive_to("dirty"));
+    EXPECT_EQ(failures_of(code), 1u);
+    EXPECT_TRUE(contains(last_error(), "injected failure"));
     auto cps = starts_now();
-    CAF_REQUIRE(drive_to("ready"));
-    CAF_CHECK_EQUAL(count_state("dirty"), 1u);
-    CAF_CHECK(world->checkpoints() == h0);
-    CAF_CHECK(world->sessions == expected_sessions());
+    ASSERT_TRUE(drive_to("ready"));
+    EXPECT_EQ(count_state("dirty"), 1u);
+    EXPECT_TRUE(world->checkpoints() == h0);
+    EXPECT_TRUE(world->sessions == expected_sessions());
     auto st = status();
-    CAF_REQUIRE(st);
-    CAF_CHECK_EQUAL(st->restarts, 1u);
-    CAF_REQUIRE_EQUAL(st->partitions.size(), 3u);
+    ASSERT_TRUE(st);
+    EXPECT_EQ(st->restarts, 1u);
+    ASSERT_EQ(st->partitions.size(), 3u);
     for (auto& ps : st->partitions)
-      CAF_CHECK_EQUAL(ps.start, cps[ps.partition]);
+      EXPECT_EQ(ps.start, cps[ps.partition]);
   }
 };
 
@@ -75,43 +73,41 @@ std::string ms(caf::timespan x) {
 
 } // namespace
 
-CAF_TEST_FIXTURE_SCOPE(failure_tests, fixture)
-
-CAF_TEST(a failed ZADD pipeline leaves the checkpoint and restarts from it) {
+TEST_F(Failures, AFailedZADDPipelineLeavesTheCheckpointAndRestartsFromIt) {
   three_partitions(30);
   h0 = world->lsos();
   world->apply_fault.arm(1, 10); // the 11th batch fails before writing anything
   start();
-  CAF_REQUIRE(drive_to("dirty"));
-  CAF_CHECK_GREATER_OR_EQUAL(world->calls.apply, 5u);
-  CAF_CHECK_EQUAL(failures_of("redis_unavailable"), 1u);
-  CAF_CHECK(contains(last_error(), "ZADD pipeline"));
+  ASSERT_TRUE(drive_to("dirty"));
+  EXPECT_GE(world->calls.apply, 5u);
+  EXPECT_EQ(failures_of("redis_unavailable"), 1u);
+  EXPECT_TRUE(contains(last_error(), "ZADD pipeline"));
   auto gate = pull("u1", 5);
-  CAF_REQUIRE(!gate);
-  CAF_CHECK(has_code(gate.error(), ec::not_ready));
+  ASSERT_TRUE(!gate);
+  EXPECT_TRUE(has_code(gate.error(), ec::not_ready));
   // Of the ten batches sent before the failed one, at most six (two per
   // partition) were still unconfirmed: those get no checkpoint when the
   // pipeline breaks; the others kept theirs.
   int64_t confirmed = 0;
   for (auto& [p, cp] : world->checkpoints())
     confirmed += cp;
-  CAF_CHECK_GREATER_OR_EQUAL(confirmed, 20);
-  CAF_CHECK_LESS_OR_EQUAL(confirmed, 50);
+  EXPECT_GE(confirmed, 20);
+  EXPECT_LE(confirmed, 50);
   auto cps = starts_now();
   auto verifies = world->calls.read;
-  CAF_REQUIRE(drive_to("ready"));
-  CAF_CHECK_EQUAL(world->calls.read, verifies + 1);
-  CAF_CHECK(world->checkpoints() == h0);
-  CAF_CHECK(world->sessions == expected_sessions());
+  ASSERT_TRUE(drive_to("ready"));
+  EXPECT_EQ(world->calls.read, verifies + 1);
+  EXPECT_TRUE(world->checkpoints() == h0);
+  EXPECT_TRUE(world->sessions == expected_sessions());
   auto st = status();
-  CAF_REQUIRE(st);
-  CAF_CHECK_EQUAL(st->restarts, 1u);
+  ASSERT_TRUE(st);
+  EXPECT_EQ(st->restarts, 1u);
   for (auto& ps : st->partitions)
-    CAF_CHECK_EQUAL(ps.start, cps[ps.partition]);
-  CAF_CHECK_EQUAL(stats->restarts.load(), 1u);
+    EXPECT_EQ(ps.start, cps[ps.partition]);
+  EXPECT_EQ(stats->restarts.load(), 1u);
 }
 
-CAF_TEST(a disconnect after some recipients were written replays without loss) {
+TEST_F(Failures, ADisconnectAfterSomeRecipientsWereWrittenReplaysWithoutLoss) {
   // One partition, so that the failing calls are deterministic.  One
   // conversation appears with a newer, an older and a newer-again created_at:
   // GT keeps the newest, whatever is replayed.
@@ -130,319 +126,319 @@ CAF_TEST(a disconnect after some recipients were written replays without loss) {
   world->partial_apply_writes = 1;
   world->partial_apply_fault.arm(2, 1); // the 2nd and 3rd apply write one user, then fail
   start();
-  CAF_REQUIRE(drive_to("dirty"));
-  CAF_REQUIRE_EQUAL(calls->size(), 2u);
+  ASSERT_TRUE(drive_to("dirty"));
+  ASSERT_EQ(calls->size(), 2u);
   // The failed call wrote its first update only, and no checkpoint covers it.
   auto& failing = calls->back();
-  CAF_REQUIRE_GREATER(failing.size(), 1u);
+  ASSERT_GT(failing.size(), 1u);
   bool first_written = true, rest_complete = true;
   for (auto& [conv, score] : failing.front().members)
     first_written &= world->score(failing.front().user, conv).value_or(-1) >= score;
   for (size_t i = 1; i < failing.size(); ++i)
     for (auto& [conv, score] : failing[i].members)
       rest_complete &= world->score(failing[i].user, conv).value_or(-1) >= score;
-  CAF_CHECK(first_written);
-  CAF_CHECK(!rest_complete);
+  EXPECT_TRUE(first_written);
+  EXPECT_TRUE(!rest_complete);
   // The first batch's checkpoint may still have waited for the identity
   // fence when the writer failed: none, or exactly the first batch's end.
-  CAF_CHECK(world->checkpoint(0).value_or(3) == 3);
-  CAF_REQUIRE(drive_to("ready"));
-  CAF_CHECK_EQUAL(count_state("dirty"), 2u);
-  CAF_CHECK(world->checkpoints() == h0);
-  CAF_CHECK(world->sessions == expected_sessions());
-  CAF_CHECK(world->score("a", "shared") == std::optional<int64_t>{5000});
-  CAF_CHECK(world->score("b", "shared") == std::optional<int64_t>{5000});
-  CAF_CHECK(world->score("c", "shared") == std::optional<int64_t>{6000});
+  EXPECT_TRUE(world->checkpoint(0).value_or(3) == 3);
+  ASSERT_TRUE(drive_to("ready"));
+  EXPECT_EQ(count_state("dirty"), 2u);
+  EXPECT_TRUE(world->checkpoints() == h0);
+  EXPECT_TRUE(world->sessions == expected_sessions());
+  EXPECT_TRUE(world->score("a", "shared") == std::optional<int64_t>{5000});
+  EXPECT_TRUE(world->score("b", "shared") == std::optional<int64_t>{5000});
+  EXPECT_TRUE(world->score("c", "shared") == std::optional<int64_t>{6000});
 }
 
-CAF_TEST(a failed checkpoint write restarts without skipping an offset) {
+TEST_F(Failures, AFailedCheckpointWriteRestartsWithoutSkippingAnOffset) {
   three_partitions(20);
   h0 = world->lsos();
   world->write_fault.arm(1, 3);
   start();
-  CAF_REQUIRE(drive_to("dirty"));
-  CAF_CHECK_EQUAL(failures_of("redis_unavailable"), 1u);
-  CAF_CHECK(contains(last_error(), "guarded checkpoint write"));
+  ASSERT_TRUE(drive_to("dirty"));
+  EXPECT_EQ(failures_of("redis_unavailable"), 1u);
+  EXPECT_TRUE(contains(last_error(), "guarded checkpoint write"));
   // The ZADDs of the failed batch went out, its checkpoint did not.
-  CAF_CHECK_GREATER_OR_EQUAL(world->calls.apply, 4u);
+  EXPECT_GE(world->calls.apply, 4u);
   int64_t confirmed = 0;
   for (auto& [p, cp] : world->checkpoints())
     confirmed += cp;
-  CAF_CHECK_GREATER_OR_EQUAL(confirmed, 15);
-  CAF_CHECK_LESS(confirmed, 60);
-  CAF_REQUIRE(drive_to("ready"));
-  CAF_CHECK(world->checkpoints() == h0);
-  CAF_CHECK(world->sessions == expected_sessions());
+  EXPECT_GE(confirmed, 15);
+  EXPECT_LT(confirmed, 60);
+  ASSERT_TRUE(drive_to("ready"));
+  EXPECT_TRUE(world->checkpoints() == h0);
+  EXPECT_TRUE(world->sessions == expected_sessions());
 }
 
-CAF_TEST(a checkpoint written whose reply was lost is resumed from) {
+TEST_F(Failures, ACheckpointWrittenWhoseReplyWasLostIsResumedFrom) {
   three_partitions(20);
   h0 = world->lsos();
   world->write_lost_reply_fault.arm(1, 2);
   start();
-  CAF_REQUIRE(drive_to("dirty"));
+  ASSERT_TRUE(drive_to("dirty"));
   auto cps = starts_now();
   int64_t confirmed = 0;
   for (auto& [p, cp] : cps)
     confirmed += cp;
-  CAF_CHECK_GREATER_OR_EQUAL(confirmed, 15); // the third write landed
-  CAF_REQUIRE(drive_to("ready"));
+  EXPECT_GE(confirmed, 15); // the third write landed
+  ASSERT_TRUE(drive_to("ready"));
   auto st = status();
-  CAF_REQUIRE(st);
+  ASSERT_TRUE(st);
   for (auto& ps : st->partitions)
-    CAF_CHECK_EQUAL(ps.start, cps[ps.partition]);
-  CAF_CHECK(world->checkpoints() == h0);
-  CAF_CHECK(world->sessions == expected_sessions());
+    EXPECT_EQ(ps.start, cps[ps.partition]);
+  EXPECT_TRUE(world->checkpoints() == h0);
+  EXPECT_TRUE(world->sessions == expected_sessions());
 }
 
-CAF_TEST(a consumer read error makes the projection dirty and it restarts) {
+TEST_F(Failures, AConsumerReadErrorMakesTheProjectionDirtyAndItRestarts) {
   three_partitions(20);
   h0 = world->lsos();
   world->poll_fault_partition = 1;
   world->poll_fault.arm(1, 2);
   start();
-  CAF_REQUIRE(drive_to("dirty"));
-  CAF_CHECK_EQUAL(failures_of("kafka_read"), 1u);
-  CAF_REQUIRE(drive_to("ready"));
-  CAF_CHECK(world->checkpoints() == h0);
-  CAF_CHECK(world->sessions == expected_sessions());
+  ASSERT_TRUE(drive_to("dirty"));
+  EXPECT_EQ(failures_of("kafka_read"), 1u);
+  ASSERT_TRUE(drive_to("ready"));
+  EXPECT_TRUE(world->checkpoints() == h0);
+  EXPECT_TRUE(world->sessions == expected_sessions());
 }
 
-CAF_TEST(a failure after readiness closes the gate until ready again) {
+TEST_F(Failures, AFailureAfterReadinessClosesTheGateUntilReadyAgain) {
   three_partitions(10);
   start();
-  CAF_REQUIRE(drive_to("ready"));
-  CAF_REQUIRE(pull("u1", 3));
+  ASSERT_TRUE(drive_to("ready"));
+  ASSERT_TRUE(pull("u1", 3));
   world->poll_fault.arm(1);
-  CAF_REQUIRE(drive_to("dirty"));
+  ASSERT_TRUE(drive_to("dirty"));
   auto gate = pull("u1", 3);
-  CAF_REQUIRE(!gate);
-  CAF_CHECK(has_code(gate.error(), ec::not_ready));
+  ASSERT_TRUE(!gate);
+  EXPECT_TRUE(has_code(gate.error(), ec::not_ready));
   fill(0, 5);
-  CAF_REQUIRE(drive_to("ready"));
-  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{15});
-  CAF_CHECK(pull("u1", 3));
-  CAF_CHECK(world->sessions == expected_sessions());
+  ASSERT_TRUE(drive_to("ready"));
+  EXPECT_TRUE(world->checkpoint(0) == std::optional<int64_t>{15});
+  EXPECT_TRUE(pull("u1", 3));
+  EXPECT_TRUE(world->sessions == expected_sessions());
 }
 
-CAF_TEST(a failed session read answers the puller and keeps the projection ready) {
+TEST_F(Failures, AFailedSessionReadAnswersThePullerAndKeepsTheProjectionReady) {
   three_partitions(5);
   start();
-  CAF_REQUIRE(drive_to("ready"));
+  ASSERT_TRUE(drive_to("ready"));
   world->sessions_fault.arm(1);
   auto r = pull("u1", 3);
-  CAF_REQUIRE(!r);
-  CAF_CHECK(has_code(r.error(), ec::redis_unavailable));
+  ASSERT_TRUE(!r);
+  EXPECT_TRUE(has_code(r.error(), ec::redis_unavailable));
   run_for(50ms);
-  CAF_CHECK_EQUAL(state(), "ready");
-  CAF_CHECK(pull("u1", 3));
+  EXPECT_EQ(state(), "ready");
+  EXPECT_TRUE(pull("u1", 3));
 }
 
-CAF_TEST(transient: checkpoint read fails) {
-  transient_then_ready(world->read_fault, "redis_unavailable");
+TEST_F(Failures, TransientCheckpointReadFails) {
+  ASSERT_NO_FATAL_FAILURE(transient_then_ready(world->read_fault, "redis_unavailable"));
 }
 
-CAF_TEST(transient: server version fails) {
-  transient_then_ready(world->version_fault, "redis_unavailable");
+TEST_F(Failures, TransientServerVersionFails) {
+  ASSERT_NO_FATAL_FAILURE(transient_then_ready(world->version_fault, "redis_unavailable"));
 }
 
-CAF_TEST(transient: meta creation fails) {
-  transient_then_ready(world->create_meta_fault, "redis_unavailable");
-  CAF_CHECK(world->has_meta());
+TEST_F(Failures, TransientMetaCreationFails) {
+  ASSERT_NO_FATAL_FAILURE(transient_then_ready(world->create_meta_fault, "redis_unavailable"));
+  EXPECT_TRUE(world->has_meta());
 }
 
-CAF_TEST(transient: consumer start fails) {
-  transient_then_ready(world->start_fault, "kafka_unavailable");
+TEST_F(Failures, TransientConsumerStartFails) {
+  ASSERT_NO_FATAL_FAILURE(transient_then_ready(world->start_fault, "kafka_unavailable"));
 }
 
-CAF_TEST(transient: identity re-check cannot reach the broker) {
-  transient_then_ready(world->identity_fault, "kafka_unavailable");
+TEST_F(Failures, TransientIdentityReCheckCannotReachTheBroker) {
+  ASSERT_NO_FATAL_FAILURE(transient_then_ready(world->identity_fault, "kafka_unavailable"));
 }
 
-CAF_TEST(transient: inspector cannot be made) {
-  transient_then_ready(world->make_inspector_fault, "kafka_unavailable");
+TEST_F(Failures, TransientInspectorCannotBeMade) {
+  ASSERT_NO_FATAL_FAILURE(transient_then_ready(world->make_inspector_fault, "kafka_unavailable"));
 }
 
-CAF_TEST(transient: checkpoint connection cannot be made) {
-  transient_then_ready(world->make_checkpoint_store_fault, "redis_unavailable");
+TEST_F(Failures, TransientCheckpointConnectionCannotBeMade) {
+  ASSERT_NO_FATAL_FAILURE(transient_then_ready(world->make_checkpoint_store_fault, "redis_unavailable"));
 }
 
-CAF_TEST(transient: session connection cannot be made) {
-  transient_then_ready(world->make_session_store_fault, "redis_unavailable");
+TEST_F(Failures, TransientSessionConnectionCannotBeMade) {
+  ASSERT_NO_FATAL_FAILURE(transient_then_ready(world->make_session_store_fault, "redis_unavailable"));
 }
 
-CAF_TEST(transient: dispatch log consumer cannot be made) {
-  transient_then_ready(world->make_dispatch_log_fault, "kafka_unavailable");
+TEST_F(Failures, TransientDispatchLogConsumerCannotBeMade) {
+  ASSERT_NO_FATAL_FAILURE(transient_then_ready(world->make_dispatch_log_fault, "kafka_unavailable"));
 }
 
-CAF_TEST(replies lost after Redis ran the ZADDs leave no checkpoint and are replayed) {
+TEST_F(Failures, RepliesLostAfterRedisRanTheZADDsLeaveNoCheckpointAndAreReplayed) {
   // The second batch's ZADDs are executed but their replies never arrive:
   // its checkpoint must not be written, and the replay converges.
   three_partitions(12, 4);
   h0 = world->lsos();
   world->confirm_fault.arm(1, 1);
   start();
-  CAF_REQUIRE(drive_to("dirty"));
-  CAF_CHECK_EQUAL(failures_of("redis_unavailable"), 1u);
-  CAF_CHECK(contains(last_error(), "pipelined ZADD replies"));
+  ASSERT_TRUE(drive_to("dirty"));
+  EXPECT_EQ(failures_of("redis_unavailable"), 1u);
+  EXPECT_TRUE(contains(last_error(), "pipelined ZADD replies"));
   // At most the first batch (4 records) was confirmed and checkpointed (its
   // checkpoint may still have waited for the identity fence).
   int64_t confirmed = 0;
   for (auto& [p, cp] : world->checkpoints())
     confirmed += cp;
-  CAF_CHECK(confirmed == 0 || confirmed == 4);
-  CAF_REQUIRE(drive_to("ready"));
-  CAF_CHECK_EQUAL(count_state("dirty"), 1u);
-  CAF_CHECK(world->checkpoints() == h0);
-  CAF_CHECK(world->sessions == expected_sessions());
+  EXPECT_TRUE(confirmed == 0 || confirmed == 4);
+  ASSERT_TRUE(drive_to("ready"));
+  EXPECT_EQ(count_state("dirty"), 1u);
+  EXPECT_TRUE(world->checkpoints() == h0);
+  EXPECT_TRUE(world->sessions == expected_sessions());
 }
 
-CAF_TEST(the restart waits for the backoff delay) {
+TEST_F(Failures, TheRestartWaitsForTheBackoffDelay) {
   three_partitions(5);
   world->inspect_fault.arm(1);
   start();
-  CAF_REQUIRE(drive_to("dirty"));
-  CAF_REQUIRE_EQUAL(world->calls.inspect, 1u);
+  ASSERT_TRUE(drive_to("dirty"));
+  ASSERT_EQ(world->calls.inspect, 1u);
   auto logs = world->calls.make_dispatch_log;
   // Jitter is in [0.5, 1.5]: nothing happens before half the initial delay ...
   run_for(settings.backoff_initial / 2 - 1ms, 1ms);
-  CAF_CHECK_EQUAL(world->calls.inspect, 1u);
-  CAF_CHECK_EQUAL(world->calls.make_dispatch_log, logs);
-  CAF_CHECK_EQUAL(state(), "dirty");
+  EXPECT_EQ(world->calls.inspect, 1u);
+  EXPECT_EQ(world->calls.make_dispatch_log, logs);
+  EXPECT_EQ(state(), "dirty");
   // ... and the restart has happened once 1.5 times the delay passed.
   run_for(settings.backoff_initial + 2ms, 1ms);
-  CAF_CHECK_EQUAL(world->calls.inspect, 2u);
-  CAF_CHECK_EQUAL(world->calls.make_dispatch_log, logs + 1);
-  CAF_REQUIRE(drive_to("ready"));
+  EXPECT_EQ(world->calls.inspect, 2u);
+  EXPECT_EQ(world->calls.make_dispatch_log, logs + 1);
+  ASSERT_TRUE(drive_to("ready"));
 }
 
-CAF_TEST(backoff grows exponentially across consecutive failures and resets on ready) {
+TEST_F(Failures, BackoffGrowsExponentiallyAcrossConsecutiveFailuresAndResetsOnReady) {
   three_partitions(5);
   h0 = world->lsos();
   world->inspect_fault.arm(4);
   start();
-  CAF_REQUIRE(drive_to("dirty"));
+  ASSERT_TRUE(drive_to("dirty"));
   std::vector<caf::timespan> waits;
   for (int k = 0; k < 4; ++k) {
     auto calls = world->calls.inspect;
     waits.push_back(time_until([&] { return world->calls.inspect > calls; }));
   }
-  CAF_REQUIRE(drive_to("ready"));
+  ASSERT_TRUE(drive_to("ready"));
   for (size_t k = 0; k < waits.size(); ++k) {
     auto delay = settings.backoff_initial * (int64_t{1} << k);
-    CAF_MESSAGE("restart " << k << " after " << ms(waits[k]));
-    CAF_CHECK(within(waits[k], delay / 2, delay * 3 / 2 + 1ms));
+    EXPECT_TRUE(within(waits[k], delay / 2, delay * 3 / 2 + 1ms))
+      << "restart " << k << " after " << ms(waits[k]);
   }
-  CAF_CHECK_GREATER(waits[3], waits[0]);
-  CAF_CHECK_EQUAL(count_state("dirty"), 4u);
+  EXPECT_GT(waits[3], waits[0]);
+  EXPECT_EQ(count_state("dirty"), 4u);
   // Ready reset the attempt counter: the next failure backs off from the start.
   world->poll_fault.arm(1);
-  CAF_REQUIRE(drive_to("dirty"));
+  ASSERT_TRUE(drive_to("dirty"));
   auto logs = world->calls.make_dispatch_log;
   auto w = time_until([&] { return world->calls.make_dispatch_log > logs; });
-  CAF_CHECK(within(w, settings.backoff_initial / 2, settings.backoff_initial * 3 / 2 + 1ms));
-  CAF_REQUIRE(drive_to("ready"));
-  CAF_CHECK(world->sessions == expected_sessions());
+  EXPECT_TRUE(within(w, settings.backoff_initial / 2, settings.backoff_initial * 3 / 2 + 1ms));
+  ASSERT_TRUE(drive_to("ready"));
+  EXPECT_TRUE(world->sessions == expected_sessions());
 }
 
-CAF_TEST(backoff is capped at backoff_max) {
+TEST_F(Failures, BackoffIsCappedAtBackoffMax) {
   three_partitions(2);
   settings.backoff_max = 300ms;
   world->inspect_fault.arm(6);
   start();
-  CAF_REQUIRE(drive_to("dirty"));
+  ASSERT_TRUE(drive_to("dirty"));
   std::vector<caf::timespan> waits;
   for (int k = 0; k < 6; ++k) {
     auto calls = world->calls.inspect;
     waits.push_back(time_until([&] { return world->calls.inspect > calls; }));
   }
   for (size_t k = 2; k < waits.size(); ++k)
-    CAF_CHECK(within(waits[k], 150ms, 451ms));
-  CAF_REQUIRE(drive_to("ready"));
+    EXPECT_TRUE(within(waits[k], 150ms, 451ms));
+  ASSERT_TRUE(drive_to("ready"));
 }
 
-CAF_TEST(a checkpoint rolled back by another writer is a conflict and the restart resumes there) {
+TEST_F(Failures, ACheckpointRolledBackByAnotherWriterIsAConflictAndTheRestartResumesThere) {
   fill(0, 60);
   fill(1, 10);
   settings.max_batch_records = 5;
   start();
-  CAF_REQUIRE(drive([&] { return world->checkpoint(0).value_or(0) >= 20; }));
+  ASSERT_TRUE(drive([&] { return world->checkpoint(0).value_or(0) >= 20; }));
   world->set_next_offset(0, 10);
   rebase();
-  CAF_REQUIRE(drive_to("dirty"));
-  CAF_CHECK_EQUAL(failures_of("checkpoint_conflict"), 1u);
-  CAF_CHECK(contains(last_error(), "changed behind"));
-  CAF_CHECK_EQUAL(world->calls.checkpoint_conflicts, 1u);
-  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{10});
-  CAF_REQUIRE(drive_to("ready"));
+  ASSERT_TRUE(drive_to("dirty"));
+  EXPECT_EQ(failures_of("checkpoint_conflict"), 1u);
+  EXPECT_TRUE(contains(last_error(), "changed behind"));
+  EXPECT_EQ(world->calls.checkpoint_conflicts, 1u);
+  EXPECT_TRUE(world->checkpoint(0) == std::optional<int64_t>{10});
+  ASSERT_TRUE(drive_to("ready"));
   auto st = status();
-  CAF_REQUIRE(st);
-  CAF_CHECK_EQUAL(st->partitions[0].start, 10);
-  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{60});
-  CAF_CHECK(world->sessions == expected_sessions());
+  ASSERT_TRUE(st);
+  EXPECT_EQ(st->partitions[0].start, 10);
+  EXPECT_TRUE(world->checkpoint(0) == std::optional<int64_t>{60});
+  EXPECT_TRUE(world->sessions == expected_sessions());
 }
 
-CAF_TEST(a checkpoint moved ahead behind the writer is re-verified and followed) {
+TEST_F(Failures, ACheckpointMovedAheadBehindTheWriterIsReVerifiedAndFollowed) {
   fill(0, 60);
   settings.max_batch_records = 5;
   start();
-  CAF_REQUIRE(drive([&] { return world->checkpoint(0).value_or(0) >= 20; }));
+  ASSERT_TRUE(drive([&] { return world->checkpoint(0).value_or(0) >= 20; }));
   auto at = *world->checkpoint(0);
   world->set_next_offset(0, 45);
   rebase();
   for (auto off = at; off < 45; ++off)
     exempt.insert({0, off}); // an operator skipped them
-  CAF_REQUIRE(drive_to("dirty"));
-  CAF_CHECK_EQUAL(failures_of("checkpoint_conflict"), 1u);
-  CAF_REQUIRE(drive_to("ready"));
+  ASSERT_TRUE(drive_to("dirty"));
+  EXPECT_EQ(failures_of("checkpoint_conflict"), 1u);
+  ASSERT_TRUE(drive_to("ready"));
   auto st = status();
-  CAF_REQUIRE(st);
-  CAF_CHECK_EQUAL(st->partitions[0].start, 45);
-  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{60});
-  CAF_CHECK(!world->score("u4", "p0-c44")); // skipped, not projected after the restart
-  CAF_CHECK(world->score("u0", "p0-c45") == std::optional<int64_t>{1045});
+  ASSERT_TRUE(st);
+  EXPECT_EQ(st->partitions[0].start, 45);
+  EXPECT_TRUE(world->checkpoint(0) == std::optional<int64_t>{60});
+  EXPECT_TRUE(!world->score("u4", "p0-c44")); // skipped, not projected after the restart
+  EXPECT_TRUE(world->score("u0", "p0-c45") == std::optional<int64_t>{1045});
 }
 
-CAF_TEST(a checkpoint edited past the high watermark is a conflict then a refusal) {
+TEST_F(Failures, ACheckpointEditedPastTheHighWatermarkIsAConflictThenARefusal) {
   fill(0, 60);
   settings.max_batch_records = 5;
   start();
-  CAF_REQUIRE(drive([&] { return world->checkpoint(0).value_or(0) >= 20; }));
+  ASSERT_TRUE(drive([&] { return world->checkpoint(0).value_or(0) >= 20; }));
   world->set_next_offset(0, 1000);
   planted[0] = 1000;
   rebase();
-  CAF_REQUIRE(drive_to("refused"));
-  CAF_CHECK_EQUAL(count_state("dirty"), 1u);
-  CAF_CHECK_EQUAL(failures_of("checkpoint_conflict"), 1u);
-  CAF_CHECK_EQUAL(failures_of("refused"), 1u);
-  CAF_CHECK(contains(last_error(), "above the high watermark"));
+  ASSERT_TRUE(drive_to("refused"));
+  EXPECT_EQ(count_state("dirty"), 1u);
+  EXPECT_EQ(failures_of("checkpoint_conflict"), 1u);
+  EXPECT_EQ(failures_of("refused"), 1u);
+  EXPECT_TRUE(contains(last_error(), "above the high watermark"));
   auto verifies = world->calls.make_inspector;
   run_for(30s, 100ms);
-  CAF_CHECK_EQUAL(world->calls.make_inspector, verifies);
-  CAF_CHECK_EQUAL(state(), "refused");
+  EXPECT_EQ(world->calls.make_inspector, verifies);
+  EXPECT_EQ(state(), "refused");
 }
 
-CAF_TEST(meta rewritten for another topic id behind the writer is a conflict then a refusal) {
+TEST_F(Failures, MetaRewrittenForAnotherTopicIdBehindTheWriterIsAConflictThenARefusal) {
   fill(0, 40);
   settings.max_batch_records = 5;
   start();
-  CAF_REQUIRE(drive([&] { return world->checkpoint(0).value_or(0) >= 10; }));
+  ASSERT_TRUE(drive([&] { return world->checkpoint(0).value_or(0) >= 10; }));
   auto other = world->identity();
   other.topic_id = fake_world::default_topic_id(7);
   world->put_meta(other);
-  CAF_REQUIRE(drive_to("refused"));
-  CAF_CHECK_EQUAL(failures_of("checkpoint_conflict"), 1u);
-  CAF_CHECK(contains(last_error(), "topic_id"));
+  ASSERT_TRUE(drive_to("refused"));
+  EXPECT_EQ(failures_of("checkpoint_conflict"), 1u);
+  EXPECT_TRUE(contains(last_error(), "topic_id"));
 }
 
-CAF_TEST(a ready announced by a previous generation does not open the gate) {
+TEST_F(Failures, AReadyAnnouncedByAPreviousGenerationDoesNotOpenTheGate) {
   // The old aggregator still holds the progress report that completes its
   // generation when the supervisor fails and restarts; it runs late, after
   // the new generation started catching up to a larger H0.
   fill(0, 5);
   start();
-  CAF_REQUIRE(drive([&] { return world->checkpoint(0).value_or(0) == 5; }));
-  CAF_REQUIRE_EQUAL(state(), "catching-up");
+  ASSERT_TRUE(drive([&] { return world->checkpoint(0).value_or(0) == 5; }));
+  ASSERT_EQ(state(), "catching-up");
   // The current aggregator (the only one so far): held back below.
   caf::abstract_actor* old_aggregator = nullptr;
   rt.run_first_of([&](caf::abstract_actor* a) {
@@ -451,7 +447,7 @@ CAF_TEST(a ready announced by a previous generation does not open the gate) {
       old_aggregator = a;
     return false;
   });
-  CAF_REQUIRE(old_aggregator != nullptr);
+  ASSERT_TRUE(old_aggregator != nullptr);
   // One job of any actor but the held one.
   auto step_others = [&] {
     return rt.run_first_of([&](caf::abstract_actor* a) { return a != old_aggregator; });
@@ -466,11 +462,11 @@ CAF_TEST(a ready announced by a previous generation does not open the gate) {
     return done();
   };
   world->poll_fault.arm(1);
-  CAF_REQUIRE(run_others_until([&] { return state() == "dirty"; }));
+  ASSERT_TRUE(run_others_until([&] { return state() == "dirty"; }));
   fill(0, 5); // the next generation's H0 is 10
   h0 = {{0, 10}};
-  CAF_REQUIRE(run_others_until([&] { return count_state("catching-up") == 2; }));
-  CAF_REQUIRE_EQUAL(world->checkpoint(0).value_or(0), 5);
+  ASSERT_TRUE(run_others_until([&] { return count_state("catching-up") == 2; }));
+  ASSERT_EQ(world->checkpoint(0).value_or(0), 5);
   // Now the stale report is processed (and the old aggregator exits), and
   // the supervisor reads its mailbox before the new pipeline progresses.
   auto run_job = [&](auto match) {
@@ -479,20 +475,19 @@ CAF_TEST(a ready announced by a previous generation does not open the gate) {
     check_invariants();
     return true;
   };
-  CAF_REQUIRE(run_job([&](caf::abstract_actor* a) { return a == old_aggregator; }));
+  ASSERT_TRUE(run_job([&](caf::abstract_actor* a) { return a == old_aggregator; }));
   auto supervisor = caf::actor_cast<caf::abstract_actor*>(proj);
   while (run_job([&](caf::abstract_actor* a) { return a == supervisor; }))
     ; // drain the supervisor's mailbox
   while (run_job([&](caf::abstract_actor* a) {
     return a == caf::actor_cast<caf::abstract_actor*>(listener); }))
     ; // and deliver its notifications
-  CAF_CHECK_EQUAL(state(), "catching-up");
-  // CHECK, not REQUIRE: a failed REQUIRE aborts the whole binary.
-  CAF_CHECK(drive([&] { return state() == "ready"; }));
-  CAF_CHECK_EQUAL(world->checkpoint(0).value_or(0), 10);
+  EXPECT_EQ(state(), "catching-up");
+  EXPECT_TRUE(drive([&] { return state() == "ready"; }));
+  EXPECT_EQ(world->checkpoint(0).value_or(0), 10);
 }
 
-CAF_TEST(soak: random transient faults and appends never lose a record) {
+TEST_F(Failures, SoakRandomTransientFaultsAndAppendsNeverLoseARecord) {
   // Random faults at every port while records keep arriving (some in
   // transactions, some aborted); the invariants are checked after every job.
   std::mt19937_64 rng{7};
@@ -535,11 +530,8 @@ CAF_TEST(soak: random transient faults and appends never lose a record) {
     world->commit_txn(p, t);
   for (auto* f : faults)
     f->disarm();
-  CAF_MESSAGE("soak: " << count_state("dirty") << " restarts");
-  CAF_CHECK_GREATER(count_state("dirty"), 5u);
+  EXPECT_GT(count_state("dirty"), 5u) << "restarts during the soak";
   auto target = world->lsos();
-  CAF_REQUIRE(drive([&] { return state() == "ready" && world->checkpoints() == target; }, 20000));
-  CAF_CHECK(world->sessions == expected_sessions());
+  ASSERT_TRUE(drive([&] { return state() == "ready" && world->checkpoints() == target; }, 20000));
+  EXPECT_TRUE(world->sessions == expected_sessions());
 }
-
-CAF_TEST_FIXTURE_SCOPE_END()

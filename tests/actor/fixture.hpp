@@ -1,46 +1,78 @@
 // The deterministic fixture of the actor tests: the test kit's engine
-// (testkit/engine.hpp: the whole projection on CAF's test coordinator over
-// the simulated world, with the invariant checker) reporting to CAF's test
-// framework.  The tests reach the world directly (`world->...`), which the
-// public kit (qsession/projection/testkit.hpp) hides from hosts.
+// (testkit/engine.hpp: the whole projection on the kit's deterministic
+// runtime over the simulated world, with the invariant checker) as a
+// GoogleTest fixture.  The tests reach the world directly (`world->...`),
+// which the public kit (qsession/projection/testkit.hpp) hides from hosts.
 //
-// Include after defining CAF_SUITE.  Violations are collected (a failed
-// CAF_REQUIRE aborts the whole binary in CAF 0.17) and reported as a failed
-// check, with their text and the last events, when drive() gives up or the
-// fixture is destroyed.  Note: CAF 0.17 prints a failed CAF_CHECK's
-// expression only at -v 4 (CTest passes it); fail_with() prints at the
-// default verbosity.
+// Each suite derives its fixture from projection_fixture and names it after
+// the suite (TEST_F(Pipeline, ...)); CTest runs one suite per test
+// (--gtest_filter=Pipeline.*).  Invariant violations are collected and
+// reported as a failure of the running test, with their text and the last
+// events, when drive() gives up or the fixture is destroyed.
 #pragma once
 
+#include <stdexcept>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "caf/actor_registry.hpp"
 #include "caf/all.hpp"
-#include "caf/test/dsl.hpp"
 
 #include "testkit/engine.hpp"
 
 namespace qsp::test {
 
-struct projection_fixture : engine {
+struct projection_fixture : engine, ::testing::Test {
   projection_fixture() = default;
 
   ~projection_fixture() override {
     // Report here: the base destructor no longer reaches this override.
+    // (GoogleTest destroys the fixture before it closes the test, so a
+    // failure reported here is the test's.)
     report();
   }
 
   /// The actor behind a handle (as CAF's test_coordinator_fixture::deref).
+  /// A null handle fails the test: the exception ends it (GoogleTest reports
+  /// it with the test) where a reference cannot be returned.
   template <class T = caf::scheduled_actor, class Handle = caf::actor>
   T& deref(const Handle& hdl) {
     auto ptr = caf::actor_cast<caf::abstract_actor*>(hdl);
-    CAF_REQUIRE(ptr != nullptr);
+    if (ptr == nullptr) {
+      ADD_FAILURE() << "deref: a null actor handle";
+      throw std::logic_error("deref: a null actor handle");
+    }
     return dynamic_cast<T&>(*ptr);
   }
 
-  /// A failed check with a message printed at the default verbosity (a failed
-  /// CAF_CHECK prints its expression only with -v 4).
+  /// A failed check of the running test, with its message.
   void on_failure(const std::string& msg) override {
-    CAF_TEST_PRINT_ERROR(msg);
-    caf::test::engine::current_test()->fail(false);
+    ADD_FAILURE() << msg;
   }
 };
+
+// -- what CAF 0.17 and 1.x spell differently (tests/actor only) ------------------
+
+/// The state of a stateful actor (0.17: the member `state`, 1.x: state()).
+template <class Actor>
+auto& state_of(Actor& self) {
+#if CAF_MAJOR_VERSION >= 1
+  return self.state();
+#else
+  return self.state;
+#endif
+}
+
+/// An error as CAF renders it: 0.17 by the renderer registered for its
+/// category (add_error_renderer), 1.x by its code enum's to_string.
+inline std::string render(caf::actor_system& sys, const caf::error& err) {
+#if CAF_MAJOR_VERSION >= 1
+  (void) sys;
+  return caf::to_string(err);
+#else
+  return sys.render(err);
+#endif
+}
 
 } // namespace qsp::test

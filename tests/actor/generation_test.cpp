@@ -3,8 +3,6 @@
 // by the live stores however often an actor re-makes its store (issue 25,
 // finding 5: the cluster heartbeat re-tracked a fresh store after every
 // failed heartbeat, for ever).
-#define CAF_SUITE generation
-
 #include "tests/actor/fixture.hpp"
 
 #include "actors/cluster_member.hpp"
@@ -30,7 +28,7 @@ void heartbeat_prober(caf::event_based_actor* self,
           [=](caf::error& e) { *res = std::move(e); });
 }
 
-struct fixture : projection_fixture {
+struct Generation : projection_fixture {
   /// One heartbeat, stepped until answered.
   caf::expected<cluster_report> heartbeat(member_actor member) {
     auto res = std::make_shared<std::optional<caf::expected<cluster_report>>>();
@@ -45,9 +43,7 @@ struct fixture : projection_fixture {
 
 } // namespace
 
-CAF_TEST_FIXTURE_SCOPE(generation_tests, fixture)
-
-CAF_TEST(stores destroyed one after another leave no registrations behind) {
+TEST_F(Generation, StoresDestroyedOneAfterAnotherLeaveNoRegistrationsBehind) {
   generation gen;
   auto kept = std::make_shared<counting_store>();
   gen.track(kept);
@@ -59,20 +55,20 @@ CAF_TEST(stores destroyed one after another leave no registrations behind) {
     brief.reset(); // gone before any abort: nothing left to interrupt
   }
   // The long-lived store and at most the one destroyed since the last track().
-  CAF_CHECK_LESS_OR_EQUAL(most, 2u);
-  CAF_CHECK_LESS_OR_EQUAL(gen.hooks(), 2u);
-  CAF_CHECK_EQUAL(kept->interrupts, 0);
+  EXPECT_LE(most, 2u);
+  EXPECT_LE(gen.hooks(), 2u);
+  EXPECT_EQ(kept->interrupts, 0);
   gen.abort();
-  CAF_CHECK(gen.aborted());
-  CAF_CHECK_EQUAL(kept->interrupts, 1);
+  EXPECT_TRUE(gen.aborted());
+  EXPECT_EQ(kept->interrupts, 1);
   // A store tracked after abort() is interrupted at once.
   auto late = std::make_shared<counting_store>();
   gen.track(late);
-  CAF_CHECK_EQUAL(late->interrupts, 1);
-  CAF_CHECK_EQUAL(kept->interrupts, 1);
+  EXPECT_EQ(late->interrupts, 1);
+  EXPECT_EQ(kept->interrupts, 1);
 }
 
-CAF_TEST(every live store is interrupted whichever others died) {
+TEST_F(Generation, EveryLiveStoreIsInterruptedWhicheverOthersDied) {
   generation gen;
   std::vector<std::shared_ptr<counting_store>> live;
   for (int i = 0; i < 10; ++i) {
@@ -83,14 +79,14 @@ CAF_TEST(every live store is interrupted whichever others died) {
   }
   // Pruning one track() later drops dead entries only.
   gen.track(live.front());
-  CAF_CHECK_EQUAL(gen.hooks(), live.size() + 1);
+  EXPECT_EQ(gen.hooks(), live.size() + 1);
   gen.abort();
-  CAF_CHECK_EQUAL(live.front()->interrupts, 2); // tracked twice, interrupted by both
+  EXPECT_EQ(live.front()->interrupts, 2); // tracked twice, interrupted by both
   for (size_t i = 1; i < live.size(); ++i)
-    CAF_CHECK_EQUAL(live[i]->interrupts, 1);
+    EXPECT_EQ(live[i]->interrupts, 1);
 }
 
-CAF_TEST(a cluster heartbeat failing again and again does not grow the interrupt hooks) {
+TEST_F(Generation, AClusterHeartbeatFailingAgainAndAgainDoesNotGrowTheInterruptHooks) {
   // The heartbeat drops its store after a failed publish and makes a new
   // one at the next heartbeat, tracking it in the same long-lived generation.
   settings.partition_count = world->partition_count();
@@ -102,21 +98,19 @@ CAF_TEST(a cluster heartbeat failing again and again does not grow the interrupt
   size_t most = 0;
   for (uint64_t i = 0; i < beats; ++i) {
     auto r = heartbeat(member);
-    CAF_REQUIRE(r);
-    CAF_REQUIRE(!r->error.empty()); // every publish fails: a fresh store next time
+    ASSERT_TRUE(r);
+    ASSERT_TRUE(!r->error.empty()); // every publish fails: a fresh store next time
     most = std::max(most, io->hooks());
   }
-  CAF_CHECK_EQUAL(world->calls.publishes, beats);
-  CAF_CHECK_LESS_OR_EQUAL(most, 1u);
+  EXPECT_EQ(world->calls.publishes, beats);
+  EXPECT_LE(most, 1u);
   // And it recovers on the store it makes next.
   world->redis_frozen = false;
   auto r = heartbeat(member);
-  CAF_REQUIRE(r);
-  CAF_CHECK_EQUAL(r->error, "");
-  CAF_CHECK_EQUAL(r->view.size(), static_cast<size_t>(world->partition_count()));
-  CAF_CHECK_LESS_OR_EQUAL(io->hooks(), 1u);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->error, "");
+  EXPECT_EQ(r->view.size(), static_cast<size_t>(world->partition_count()));
+  EXPECT_LE(io->hooks(), 1u);
   caf::anon_send_exit(member, caf::exit_reason::user_shutdown);
   rt.run();
 }
-
-CAF_TEST_FIXTURE_SCOPE_END()

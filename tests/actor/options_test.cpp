@@ -1,10 +1,9 @@
 // The option helpers a host uses (qsession/projection/options.hpp): the
 // projection's keys under a group the host names, read back into one
 // validated settings struct, errors naming the full key.
-#define CAF_SUITE options
+#include <gtest/gtest.h>
 
 #include "caf/all.hpp"
-#include "caf/test/dsl.hpp"
 
 #include "qsession/projection/options.hpp"
 #include "qsession/projection/projection.hpp"
@@ -38,7 +37,7 @@ bool contains(const std::string& text, const std::string& part) {
 
 } // namespace
 
-CAF_TEST(options under a host group fill one settings struct) {
+TEST(Options, OptionsUnderAHostGroupFillOneSettingsStruct) {
   host_config cfg;
   auto s = parse({"--redis.host=the-hosts-own", "--sessions.projection.dispatch-topic=dispatch",
                   "--sessions.projection.partition-count=12", "--sessions.projection.namespace=t1",
@@ -49,33 +48,33 @@ CAF_TEST(options under a host group fill one settings struct) {
                   "--sessions.kafka.properties=[\"security.protocol=ssl\"]",
                   "--sessions.projection.shutdown-timeout=3s"},
                  cfg);
-  CAF_REQUIRE(s);
-  CAF_CHECK_EQUAL(cfg.own_redis, "the-hosts-own");
-  CAF_CHECK_EQUAL(s->topic, "dispatch");
-  CAF_CHECK_EQUAL(s->partition_count, 12);
-  CAF_CHECK_EQUAL(s->ns, "t1");
-  CAF_CHECK_EQUAL(s->convs_prefix, "t1:convs:");
-  CAF_CHECK_EQUAL(s->redis.host, "10.0.0.9");
-  CAF_CHECK_EQUAL(s->redis.port, 6380);
-  CAF_CHECK_EQUAL(s->redis.command_timeout.count(), 750);
-  CAF_CHECK(s->redis.allow_eviction);
-  CAF_CHECK_EQUAL(s->kafka.bootstrap_servers, "b1:9092,b2:9092");
-  CAF_REQUIRE_EQUAL(s->kafka.properties.size(), 1u);
-  CAF_CHECK_EQUAL(s->kafka.properties[0].first, "security.protocol");
-  CAF_CHECK_EQUAL(s->kafka.properties[0].second, "ssl");
-  CAF_CHECK(s->shutdown_timeout == std::chrono::seconds(3));
+  ASSERT_TRUE(s);
+  EXPECT_EQ(cfg.own_redis, "the-hosts-own");
+  EXPECT_EQ(s->topic, "dispatch");
+  EXPECT_EQ(s->partition_count, 12);
+  EXPECT_EQ(s->ns, "t1");
+  EXPECT_EQ(s->convs_prefix, "t1:convs:");
+  EXPECT_EQ(s->redis.host, "10.0.0.9");
+  EXPECT_EQ(s->redis.port, 6380);
+  EXPECT_EQ(s->redis.command_timeout.count(), 750);
+  EXPECT_TRUE(s->redis.allow_eviction);
+  EXPECT_EQ(s->kafka.bootstrap_servers, "b1:9092,b2:9092");
+  ASSERT_EQ(s->kafka.properties.size(), 1u);
+  EXPECT_EQ(s->kafka.properties[0].first, "security.protocol");
+  EXPECT_EQ(s->kafka.properties[0].second, "ssl");
+  EXPECT_TRUE(s->shutdown_timeout == std::chrono::seconds(3));
   // Defaults where nothing was given.
-  CAF_CHECK_EQUAL(s->max_batch_records, 5000u);
-  CAF_CHECK(s->identity_check_interval == std::chrono::seconds(1));
+  EXPECT_EQ(s->max_batch_records, 5000u);
+  EXPECT_TRUE(s->identity_check_interval == std::chrono::seconds(1));
 }
 
-CAF_TEST(errors name the full key under the host group) {
+TEST(Options, ErrorsNameTheFullKeyUnderTheHostGroup) {
   {
     host_config cfg;
     auto s = parse({"--sessions.projection.dispatch-topic=d"}, cfg);
-    CAF_REQUIRE(!s);
-    CAF_CHECK(contains(describe(s.error()), "sessions.projection.partition-count"));
-    CAF_CHECK_EQUAL(static_cast<ec>(s.error().code()), ec::invalid_config);
+    ASSERT_TRUE(!s);
+    EXPECT_TRUE(contains(describe(s.error()), "sessions.projection.partition-count"));
+    EXPECT_EQ(code_of(s.error()), ec::invalid_config) << describe(s.error());
   }
   {
     host_config cfg;
@@ -84,8 +83,8 @@ CAF_TEST(errors name the full key under the host group) {
                     "--sessions.projection.identity-check-interval=1s",
                     "--sessions.projection.identity-check-min-gap=2s"},
                    cfg);
-    CAF_REQUIRE(!s);
-    CAF_CHECK(contains(describe(s.error()), "sessions.projection.identity-check-min-gap"));
+    ASSERT_TRUE(!s);
+    EXPECT_TRUE(contains(describe(s.error()), "sessions.projection.identity-check-min-gap"));
   }
   {
     host_config cfg;
@@ -93,19 +92,19 @@ CAF_TEST(errors name the full key under the host group) {
                     "--sessions.projection.partition-count=3",
                     "--sessions.kafka.properties=[\"novalue\"]"},
                    cfg);
-    CAF_REQUIRE(!s);
-    CAF_CHECK(contains(describe(s.error()), "sessions.kafka.properties"));
+    ASSERT_TRUE(!s);
+    EXPECT_TRUE(contains(describe(s.error()), "sessions.kafka.properties"));
   }
 }
 
-CAF_TEST(settings made in code are validated the same way) {
+TEST(Options, SettingsMadeInCodeAreValidatedTheSameWay) {
   projection_settings s;
   s.topic = "t";
   s.partition_count = 1;
-  CAF_CHECK(!s.validate());
+  EXPECT_TRUE(!s.validate());
   s.redis.command_timeout = std::chrono::milliseconds(0);
-  CAF_CHECK(contains(describe(s.validate()), "redis.command-timeout"));
+  EXPECT_TRUE(contains(describe(s.validate()), "redis.command-timeout"));
   s.redis.command_timeout = std::chrono::milliseconds(5000);
   s.convs_prefix.clear();
-  CAF_CHECK(contains(describe(s.validate()), "projection.convs-prefix"));
+  EXPECT_TRUE(contains(describe(s.validate()), "projection.convs-prefix"));
 }

@@ -3,8 +3,6 @@
 // the replay below a stored checkpoint, and a redirection in the middle of a
 // batch.  The fakes record every copy write with the entries below it whose
 // ZADDs were not applied yet (fake_world::copy_writes).
-#define CAF_SUITE redis_cluster
-
 #include "tests/actor/fixture.hpp"
 
 using namespace qsp;
@@ -12,7 +10,7 @@ using namespace qsp::test;
 
 namespace {
 
-struct fixture : projection_fixture {
+struct RedisCluster : projection_fixture {
   /// Three primaries; their copies as `copy` says ("valid" with positions,
   /// "absent", ...).
   void three_shards(const std::vector<std::pair<std::string, int64_t>>& copies) {
@@ -50,33 +48,31 @@ struct fixture : projection_fixture {
   void check_every_copy_followed_its_replies() {
     for (auto& w : world->copy_writes)
       for (auto& u : w.unapplied)
-        CAF_FAIL("a copy was written before the ZADD of " << u << " was applied");
+        FAIL() << "a copy was written before the ZADD of " << u << " was applied";
   }
 };
 
 } // namespace
 
-CAF_TEST_FIXTURE_SCOPE(redis_cluster_tests, fixture)
-
-CAF_TEST(the first start seeds the copies and every checkpoint round writes them first) {
+TEST_F(RedisCluster, TheFirstStartSeedsTheCopiesAndEveryCheckpointRoundWritesThemFirst) {
   fill(0, 30);
   three_shards({{"absent", -1}, {"absent", -1}, {"absent", -1}});
   settings.max_batch_records = 5;
   h0 = world->lsos();
   start();
-  CAF_REQUIRE(drive_to("ready"));
-  CAF_REQUIRE(!world->copy_writes.empty());
-  CAF_CHECK(world->copy_writes.front().seed);
-  CAF_CHECK_EQUAL(world->hashes[world->meta_key()][core::copies_field], "1");
-  check_every_copy_followed_its_replies();
+  ASSERT_TRUE(drive_to("ready"));
+  ASSERT_TRUE(!world->copy_writes.empty());
+  EXPECT_TRUE(world->copy_writes.front().seed);
+  EXPECT_EQ(world->hashes[world->meta_key()][core::copies_field], "1");
+  ASSERT_NO_FATAL_FAILURE(check_every_copy_followed_its_replies());
   // The last copy is at the checkpoint, on every primary.
-  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{30});
+  EXPECT_TRUE(world->checkpoint(0) == std::optional<int64_t>{30});
   for (auto& sh : world->cluster.shards)
-    CAF_CHECK(sh.positions[0].first == 30);
-  CAF_CHECK(world->sessions == expected_sessions());
+    EXPECT_TRUE(sh.positions[0].first == 30);
+  EXPECT_TRUE(world->sessions == expected_sessions());
 }
 
-CAF_TEST(a redirection in the middle of a batch holds the copy back until the resent reply) {
+TEST_F(RedisCluster, ARedirectionInTheMiddleOfABatchHoldsTheCopyBackUntilTheResentReply) {
   fill(0, 40);
   three_shards({{"valid", -1}, {"valid", -1}, {"valid", -1}});
   settings.max_batch_records = 5;
@@ -86,15 +82,15 @@ CAF_TEST(a redirection in the middle of a batch holds the copy back until the re
   world->moved_not_yet = 3;
   h0 = world->lsos();
   start();
-  CAF_REQUIRE(drive_to("ready"));
-  CAF_CHECK(world->calls.not_yet >= 3);
-  CAF_CHECK(world->copy_writes.size() >= 2);
-  check_every_copy_followed_its_replies();
-  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{40});
-  CAF_CHECK(world->sessions == expected_sessions());
+  ASSERT_TRUE(drive_to("ready"));
+  EXPECT_TRUE(world->calls.not_yet >= 3);
+  EXPECT_TRUE(world->copy_writes.size() >= 2);
+  ASSERT_NO_FATAL_FAILURE(check_every_copy_followed_its_replies());
+  EXPECT_TRUE(world->checkpoint(0) == std::optional<int64_t>{40});
+  EXPECT_TRUE(world->sessions == expected_sessions());
 }
 
-CAF_TEST(the start is the lowest of the checkpoint and every primary copy) {
+TEST_F(RedisCluster, TheStartIsTheLowestOfTheCheckpointAndEveryPrimaryCopy) {
   // A previous run projected 40 records; the second primary failed over to
   // a replica that holds its copy at 25 and lost its writes above it.
   fill(0, 60);
@@ -114,44 +110,44 @@ CAF_TEST(the start is the lowest of the checkpoint and every primary copy) {
   settings.max_batch_records = 5;
   h0 = world->lsos();
   start();
-  CAF_REQUIRE(drive_to("ready"));
+  ASSERT_TRUE(drive_to("ready"));
   // The consumer started at the copy, not at the checkpoint ...
   auto at = assigned_at(0);
-  CAF_REQUIRE(!at.empty());
-  CAF_CHECK_EQUAL(at.front(), 25);
+  ASSERT_TRUE(!at.empty());
+  EXPECT_EQ(at.front(), 25);
   // ... replayed 25..40 without writing the checkpoint (it never moves
   // backwards), then moved it on.
-  CAF_REQUIRE(!written.empty());
+  ASSERT_TRUE(!written.empty());
   for (auto next : written)
-    CAF_CHECK_GREATER(next, 40);
-  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{60});
+    EXPECT_GT(next, 40);
+  EXPECT_TRUE(world->checkpoint(0) == std::optional<int64_t>{60});
   // The copies were rewritten as the replay passed them.
   bool copied_below = false;
   for (auto& w : world->copy_writes)
     copied_below = copied_below || (w.positions.count(0) != 0 && w.positions.at(0).first <= 40);
-  CAF_CHECK(copied_below);
-  check_every_copy_followed_its_replies();
-  CAF_CHECK(world->sessions == expected_sessions());
+  EXPECT_TRUE(copied_below);
+  ASSERT_NO_FATAL_FAILURE(check_every_copy_followed_its_replies());
+  EXPECT_TRUE(world->sessions == expected_sessions());
 }
 
-CAF_TEST(a primary without a copy once the copies are established refuses naming it) {
+TEST_F(RedisCluster, APrimaryWithoutACopyOnceTheCopiesAreEstablishedRefusesNamingIt) {
   fill(0, 20);
   three_shards({{"valid", 20}, {"foreign", -1}, {"valid", 20}});
   seed_checkpoints({{0, 20}});
   mark_copies();
   h0 = world->lsos();
   start();
-  CAF_REQUIRE(drive_to("refused"));
-  CAF_CHECK(last_error().find("10.0.0.2:6379") != std::string::npos);
-  CAF_CHECK(last_error().find("holds no copy") != std::string::npos);
-  CAF_CHECK(world->copy_writes.empty());
+  ASSERT_TRUE(drive_to("refused"));
+  EXPECT_TRUE(last_error().find("10.0.0.2:6379") != std::string::npos);
+  EXPECT_TRUE(last_error().find("holds no copy") != std::string::npos);
+  EXPECT_TRUE(world->copy_writes.empty());
 }
 
 // Found by the test kit's randomized schedules: a partition first
 // checkpointed after the seed has no field in the seeded copy; a failover
 // that loses its first copy leaves a valid copy without it.  The partition
 // is replayed from the start of its log, not refused.
-CAF_TEST(a valid copy without a checkpointed partition replays it from the log start) {
+TEST_F(RedisCluster, AValidCopyWithoutACheckpointedPartitionReplaysItFromTheLogStart) {
   fill(0, 20);
   three_shards({{"valid", 20}, {"valid", -1}, {"valid", 20}});
   seed_checkpoints({{0, 20}});
@@ -165,13 +161,11 @@ CAF_TEST(a valid copy without a checkpointed partition replays it from the log s
   floor.clear();
   h0 = world->lsos();
   start();
-  CAF_REQUIRE(drive_to("ready"));
+  ASSERT_TRUE(drive_to("ready"));
   auto at = assigned_at(0);
-  CAF_REQUIRE(!at.empty());
-  CAF_CHECK_EQUAL(at.front(), 0);
-  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{20});
-  check_every_copy_followed_its_replies();
-  CAF_CHECK(world->sessions == expected_sessions());
+  ASSERT_TRUE(!at.empty());
+  EXPECT_EQ(at.front(), 0);
+  EXPECT_TRUE(world->checkpoint(0) == std::optional<int64_t>{20});
+  ASSERT_NO_FATAL_FAILURE(check_every_copy_followed_its_replies());
+  EXPECT_TRUE(world->sessions == expected_sessions());
 }
-
-CAF_TEST_FIXTURE_SCOPE_END()

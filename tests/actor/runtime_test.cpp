@@ -2,8 +2,6 @@
 // prerequisites, the startup order, PULL beside the write pipeline, the data
 // callback, and supervision that ends everything however the projection ends.
 // (Every test also runs the fixture's invariants, the fence's among them.)
-#define CAF_SUITE runtime
-
 #include "tests/actor/fixture.hpp"
 
 using namespace qsp;
@@ -11,7 +9,7 @@ using namespace qsp::test;
 
 namespace {
 
-struct fixture : projection_fixture {
+struct Runtime : projection_fixture {
   /// The topic is deleted and recreated (new topic id) under the running
   /// node, and the new topic is filled past the node's position: librdkafka
   /// keeps fetching from the old position.  No checkpoint may pass the old
@@ -20,26 +18,26 @@ struct fixture : projection_fixture {
     fill(0, 10);
     fill(1, 10);
     start();
-    CAF_REQUIRE(drive_to("ready"));
+    ASSERT_TRUE(drive_to("ready"));
     auto before = world->checkpoints();
-    CAF_REQUIRE_EQUAL(before[0], 10);
+    ASSERT_EQ(before[0], 10);
     bool passed = false;
     world->on_checkpoint_written = [&](int32_t, int64_t next) { passed |= next > 10; };
     world->topic_id = fake_world::default_topic_id(7);
     fill(0, 20);
     fill(1, 20);
-    CAF_REQUIRE(drive_to("refused"));
-    CAF_CHECK(!passed);
-    CAF_CHECK(world->checkpoints() == before);
-    CAF_CHECK(contains(last_error(), "field topic_id"));
-    CAF_CHECK_EQUAL(failures_of("identity_changed"), 1u);
+    ASSERT_TRUE(drive_to("refused"));
+    EXPECT_TRUE(!passed);
+    EXPECT_TRUE(world->checkpoints() == before);
+    EXPECT_TRUE(contains(last_error(), "field topic_id"));
+    EXPECT_EQ(failures_of("identity_changed"), 1u);
     auto gate = pull("u1", 5);
-    CAF_REQUIRE(!gate);
-    CAF_CHECK(has_code(gate.error(), ec::not_ready));
+    ASSERT_TRUE(!gate);
+    EXPECT_TRUE(has_code(gate.error(), ec::not_ready));
     // Nothing moves afterwards: the refusal is final.
     run_for(5s, 50ms);
-    CAF_CHECK(world->checkpoints() == before);
-    CAF_CHECK_EQUAL(state(), "refused");
+    EXPECT_TRUE(world->checkpoints() == before);
+    EXPECT_EQ(state(), "refused");
   }
 
   /// Runs the jobs runnable now from inside a port call: the deterministic
@@ -90,61 +88,59 @@ void project(fake_world& w, const core::dispatch& d) {
 
 } // namespace
 
-CAF_TEST_FIXTURE_SCOPE(runtime_tests, fixture)
-
-CAF_TEST(a topic recreated under a running node is caught by the fence) {
+TEST_F(Runtime, ATopicRecreatedUnderARunningNodeIsCaughtByTheFence) {
   // The periodic check is far away: only the fence before each checkpoint
   // can catch it.
   settings.identity_check_interval = 1h;
   settings.identity_check_min_gap = 0ms;
-  recreate_under_running_node();
+  ASSERT_NO_FATAL_FAILURE(recreate_under_running_node());
 }
 
-CAF_TEST(a topic recreated right after a check waits for the next one) {
+TEST_F(Runtime, ATopicRecreatedRightAfterACheckWaitsForTheNextOne) {
   // Checks run every 100 ms; the last one before the recreation saw the old
   // id.  The batches fetched after it must wait for a later check.
   settings.identity_check_interval = 100ms;
   settings.identity_check_min_gap = 100ms;
-  recreate_under_running_node();
+  ASSERT_NO_FATAL_FAILURE(recreate_under_running_node());
 }
 
-CAF_TEST(an identity change while idle leaves ready within one interval) {
+TEST_F(Runtime, AnIdentityChangeWhileIdleLeavesReadyWithinOneInterval) {
   settings.identity_check_interval = 200ms;
   fill(0, 5);
   start();
-  CAF_REQUIRE(drive_to("ready"));
+  ASSERT_TRUE(drive_to("ready"));
   world->cluster_id = "another-cluster";
   run_for(250ms);
-  CAF_CHECK_EQUAL(state(), "refused");
-  CAF_CHECK(contains(last_error(), "field cluster_id"));
+  EXPECT_EQ(state(), "refused");
+  EXPECT_TRUE(contains(last_error(), "field cluster_id"));
   auto st = status();
-  CAF_REQUIRE(st);
-  CAF_CHECK(!st->ready);
+  ASSERT_TRUE(st);
+  EXPECT_TRUE(!st->ready);
 }
 
-CAF_TEST(checkpoints wait for the fence and then advance) {
+TEST_F(Runtime, CheckpointsWaitForTheFenceAndThenAdvance) {
   settings.identity_check_interval = 1h;
   settings.identity_check_min_gap = 300ms;
   fill(0, 10);
   start();
-  CAF_REQUIRE(drive_to("ready"));
+  ASSERT_TRUE(drive_to("ready"));
   run_for(400ms); // the last check is now older than the gap
   auto checks = stats->identity_checks.load();
   fill(0, 5);
   run_jobs(); // the data callback wakes the consumer; no clock needed
-  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{15});
-  CAF_CHECK_EQUAL(stats->identity_checks.load(), checks + 1);
+  EXPECT_TRUE(world->checkpoint(0) == std::optional<int64_t>{15});
+  EXPECT_EQ(stats->identity_checks.load(), checks + 1);
   // Right after a check, the next batch's checkpoint waits for the gap.
   fill(0, 5);
   run_jobs();
-  CAF_CHECK(world->score("u0", "p0-c15")); // its ZADDs are written
-  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{15});
+  EXPECT_TRUE(world->score("u0", "p0-c15")); // its ZADDs are written
+  EXPECT_TRUE(world->checkpoint(0) == std::optional<int64_t>{15});
   run_for(300ms);
-  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{20});
-  CAF_CHECK_EQUAL(stats->identity_checks.load(), checks + 2);
+  EXPECT_TRUE(world->checkpoint(0) == std::optional<int64_t>{20});
+  EXPECT_EQ(stats->identity_checks.load(), checks + 2);
 }
 
-CAF_TEST(a batch confirmed after the check before it was answered gets a check of its own) {
+TEST_F(Runtime, ABatchConfirmedAfterTheCheckBeforeItWasAnsweredGetsACheckOfItsOwn) {
   // Two partitions, one batch each, both sent before the first confirmation:
   // both were fetched before any check was requested.  The first batch's
   // check is answered before the second batch's replies are in; the second
@@ -158,15 +154,15 @@ CAF_TEST(a batch confirmed after the check before it was answered gets a check o
   for (int i = 0; i < 100000 && world->calls.confirm - world->calls.not_yet < 1; ++i)
     if (!rt.run_once())
       rt.advance_time(1ms);
-  CAF_REQUIRE_EQUAL(world->calls.confirm - world->calls.not_yet, 1u);
-  CAF_REQUIRE_EQUAL(world->calls.max_unconfirmed, 2u); // the second batch was sent before
+  ASSERT_EQ(world->calls.confirm - world->calls.not_yet, 1u);
+  ASSERT_EQ(world->calls.max_unconfirmed, 2u); // the second batch was sent before
   world->confirm_not_yet = 1; // its replies come after the fence answered
-  CAF_REQUIRE(drive_to("ready"));
-  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{50});
-  CAF_CHECK(world->checkpoint(1) == std::optional<int64_t>{50});
+  ASSERT_TRUE(drive_to("ready"));
+  EXPECT_TRUE(world->checkpoint(0) == std::optional<int64_t>{50});
+  EXPECT_TRUE(world->checkpoint(1) == std::optional<int64_t>{50});
 }
 
-CAF_TEST(a batch confirmed after the check that covers it is checkpointed without another) {
+TEST_F(Runtime, ABatchConfirmedAfterTheCheckThatCoversItIsCheckpointedWithoutAnother) {
   // Both batches reach the writer before its first fence request.  The
   // second one's replies come in only after that request was answered, and
   // that check covers it (it started after the batch arrived).  Its
@@ -181,31 +177,31 @@ CAF_TEST(a batch confirmed after the check that covers it is checkpointed withou
   start();
   for (size_t i = 0; i < 100000 && world->calls.confirm == 0 && rt.run_once(); ++i)
     check_invariants();
-  CAF_REQUIRE_EQUAL(world->calls.confirm, 1u); // the first batch's replies are read
-  CAF_REQUIRE_EQUAL(world->calls.apply, 2u);   // both batches were sent before that
+  ASSERT_EQ(world->calls.confirm, 1u); // the first batch's replies are read
+  ASSERT_EQ(world->calls.apply, 2u);   // both batches were sent before that
   world->confirm_not_yet = 1;                  // the second's come in later
-  CAF_REQUIRE(drive_to("ready", 200));
-  CAF_CHECK(world->checkpoints() == h0);
-  CAF_CHECK_EQUAL(world->calls.not_yet, 1u);
+  ASSERT_TRUE(drive_to("ready", 200));
+  EXPECT_TRUE(world->checkpoints() == h0);
+  EXPECT_EQ(world->calls.not_yet, 1u);
 }
 
-CAF_TEST(an identity check the broker does not answer makes the node dirty until it does) {
+TEST_F(Runtime, AnIdentityCheckTheBrokerDoesNotAnswerMakesTheNodeDirtyUntilItDoes) {
   fill(0, 5);
   start();
-  CAF_REQUIRE(drive_to("ready"));
+  ASSERT_TRUE(drive_to("ready"));
   world->identity_fault.arm(-1);
   run_for(2s);
-  CAF_CHECK_EQUAL(state(), "dirty");
-  CAF_CHECK_GREATER_OR_EQUAL(failures_of("kafka_unavailable"), 1u);
-  CAF_CHECK_GREATER_OR_EQUAL(stats->identity_check_errors.load(), 1u);
+  EXPECT_EQ(state(), "dirty");
+  EXPECT_GE(failures_of("kafka_unavailable"), 1u);
+  EXPECT_GE(stats->identity_check_errors.load(), 1u);
   auto readies = count_state("ready");
   run_for(10s, 50ms);
-  CAF_CHECK_EQUAL(count_state("ready"), readies); // not ready while unanswered
+  EXPECT_EQ(count_state("ready"), readies); // not ready while unanswered
   world->identity_fault.disarm();
-  CAF_REQUIRE(drive_to("ready"));
+  ASSERT_TRUE(drive_to("ready"));
 }
 
-CAF_TEST(the fence invariant counts a check from its start not from its answer) {
+TEST_F(Runtime, TheFenceInvariantCountsACheckFromItsStartNotFromItsAnswer) {
   // A writer driven by hand over the fakes, not the projection: its consumer
   // fetches more records while the check runs, and it checkpoints them on
   // that check's answer.  Only that write breaks the fence, and the
@@ -214,54 +210,54 @@ CAF_TEST(the fence invariant counts a check from its start not from its answer) 
   fill(0, 10);
   world->put_meta(world->identity());
   fake_dispatch_log log{world};
-  CAF_REQUIRE(log.start({{0, 0}}));
+  ASSERT_TRUE(log.start({{0, 0}}));
   auto reader = log.reader(0);
-  CAF_REQUIRE(reader != nullptr);
+  ASSERT_TRUE(reader != nullptr);
   fake_broker_inspector broker{world};
   fake_checkpoint_store store{world};
   auto fetch_and_project = [&](size_t n) {
     std::vector<log_record> out;
     int64_t passed = -1;
-    CAF_CHECK(reader->poll(n, out, passed));
+    EXPECT_TRUE(reader->poll(n, out, passed));
     core::json_decoder dec;
     for (auto& r : out) {
       core::dispatch d;
       std::string why;
-      CAF_CHECK(dec.decode(r.value, d, why));
+      EXPECT_TRUE(dec.decode(r.value, d, why));
       project(*world, d);
     }
   };
   fetch_and_project(5);
   world->during_identity = [&] { fetch_and_project(5); };
-  CAF_REQUIRE(broker.identity(world->topic));
+  ASSERT_TRUE(broker.identity(world->topic));
   world->during_identity = nullptr;
   check_invariants();
-  CAF_REQUIRE(violations.empty());
+  ASSERT_TRUE(violations.empty());
   auto id = world->identity();
   // Fetched before the check began: covered.
-  CAF_REQUIRE(store.write_checkpoint(id, 0, -1, 5));
+  ASSERT_TRUE(store.write_checkpoint(id, 0, -1, 5));
   check_invariants();
-  CAF_CHECK(violations.empty());
+  EXPECT_TRUE(violations.empty());
   // Fetched while it ran: not covered, although every ZADD is in.
-  CAF_REQUIRE(store.write_checkpoint(id, 0, 5, 10));
+  ASSERT_TRUE(store.write_checkpoint(id, 0, 5, 10));
   check_invariants();
-  CAF_REQUIRE_EQUAL(violations.size(), 1u);
-  CAF_CHECK(contains(violations[0], "checkpoint of partition 0 written to 10"));
-  CAF_CHECK(contains(violations[0], "verified up to 5"));
+  ASSERT_EQ(violations.size(), 1u);
+  EXPECT_TRUE(contains(violations[0], "checkpoint of partition 0 written to 10"));
+  EXPECT_TRUE(contains(violations[0], "verified up to 5"));
   violations.clear(); // the violation this test provoked
   // A check that begins after them covers them.
-  CAF_REQUIRE(broker.identity(world->topic));
-  CAF_REQUIRE(store.write_checkpoint(id, 0, 10, 10));
+  ASSERT_TRUE(broker.identity(world->topic));
+  ASSERT_TRUE(store.write_checkpoint(id, 0, 10, 10));
   check_invariants();
-  CAF_CHECK(violations.empty());
+  EXPECT_TRUE(violations.empty());
 }
 
-CAF_TEST(records fetched while a check runs wait for a check that starts after them) {
+TEST_F(Runtime, RecordsFetchedWhileACheckRunsWaitForACheckThatStartsAfterThem) {
   settings.identity_check_interval = 1h; // min gap 0: every confirmed batch asks at once
   fill(0, 10);
   start();
-  CAF_REQUIRE(drive_to("ready"));
-  CAF_REQUIRE(world->checkpoint(0) == std::optional<int64_t>{10});
+  ASSERT_TRUE(drive_to("ready"));
+  ASSERT_TRUE(world->checkpoint(0) == std::optional<int64_t>{10});
   auto checks = stats->identity_checks.load();
   size_t nested = 0;
   world->during_identity = [&] {
@@ -271,20 +267,20 @@ CAF_TEST(records fetched while a check runs wait for a check that starts after t
   };
   fill(0, 5); // 10..14: their batch asks the fence, whose check lets 15..19 in
   run_jobs();
-  CAF_REQUIRE_GREATER(nested, 0u);
-  CAF_REQUIRE(fetched_during_a_read(0, 20));
-  CAF_CHECK(world->score("u0", "p0-c15")); // the ZADDs went out meanwhile
-  CAF_REQUIRE(drive([&] { return world->checkpoint(0) == std::optional<int64_t>{20}; }));
+  ASSERT_GT(nested, 0u);
+  ASSERT_TRUE(fetched_during_a_read(0, 20));
+  EXPECT_TRUE(world->score("u0", "p0-c15")); // the ZADDs went out meanwhile
+  ASSERT_TRUE(drive([&] { return world->checkpoint(0) == std::optional<int64_t>{20}; }));
   // The check that was running covered 10..14 only; 15..19 needed another.
-  CAF_CHECK_EQUAL(stats->identity_checks.load(), checks + 2);
-  CAF_CHECK(world->sessions == expected_sessions());
+  EXPECT_EQ(stats->identity_checks.load(), checks + 2);
+  EXPECT_TRUE(world->sessions == expected_sessions());
 }
 
-CAF_TEST(a topic replaced while a check runs is refused before its records are checkpointed) {
+TEST_F(Runtime, ATopicReplacedWhileACheckRunsIsRefusedBeforeItsRecordsAreCheckpointed) {
   settings.identity_check_interval = 1h;
   fill(0, 10);
   start();
-  CAF_REQUIRE(drive_to("ready"));
+  ASSERT_TRUE(drive_to("ready"));
   world->during_identity = [&] {
     world->during_identity = nullptr;
     // Deleted and recreated while the check is under way; the check still
@@ -295,164 +291,164 @@ CAF_TEST(a topic replaced while a check runs is refused before its records are c
     run_nested();
   };
   fill(0, 5);
-  CAF_REQUIRE(drive_to("refused"));
-  CAF_CHECK(fetched_during_a_read(0, 25));
+  ASSERT_TRUE(drive_to("refused"));
+  EXPECT_TRUE(fetched_during_a_read(0, 25));
   // The old topic's records, fetched before that check began, and no further.
-  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{15});
-  CAF_CHECK(contains(last_error(), "field topic_id"));
-  CAF_CHECK_EQUAL(failures_of("identity_changed"), 1u);
+  EXPECT_TRUE(world->checkpoint(0) == std::optional<int64_t>{15});
+  EXPECT_TRUE(contains(last_error(), "field topic_id"));
+  EXPECT_EQ(failures_of("identity_changed"), 1u);
 }
 
-CAF_TEST(a frozen Redis makes the node dirty within the deadline and it recovers) {
+TEST_F(Runtime, AFrozenRedisMakesTheNodeDirtyWithinTheDeadlineAndItRecovers) {
   settings.redis.command_timeout = 1s;
   fill(0, 10);
   fill(1, 10);
   start();
-  CAF_REQUIRE(drive_to("ready"));
+  ASSERT_TRUE(drive_to("ready"));
   auto readies = count_state("ready");
   world->redis_frozen = true;
   fill(0, 10);
   run_for(1500ms);
-  CAF_CHECK_EQUAL(state(), "dirty");
-  CAF_CHECK(contains(last_error(), "redis.command-timeout")
+  EXPECT_EQ(state(), "dirty");
+  EXPECT_TRUE(contains(last_error(), "redis.command-timeout")
             || contains(last_error(), "timed out"));
   // The freeze outlasts every timeout and backoff: never ready meanwhile.
   run_for(20s, 50ms);
-  CAF_CHECK_EQUAL(count_state("ready"), readies);
-  CAF_CHECK_NOT_EQUAL(state(), "ready");
+  EXPECT_EQ(count_state("ready"), readies);
+  EXPECT_NE(state(), "ready");
   auto gate = pull("u1", 5);
-  CAF_REQUIRE(!gate);
-  CAF_CHECK(has_code(gate.error(), ec::not_ready));
+  ASSERT_TRUE(!gate);
+  EXPECT_TRUE(has_code(gate.error(), ec::not_ready));
   world->redis_frozen = false;
   h0 = world->lsos();
-  CAF_REQUIRE(drive_to("ready"));
-  CAF_REQUIRE(drive([&] {
+  ASSERT_TRUE(drive_to("ready"));
+  ASSERT_TRUE(drive([&] {
     return world->checkpoint(0) == std::optional<int64_t>{20}
            && world->checkpoint(1) == std::optional<int64_t>{10};
   }));
-  CAF_CHECK(world->sessions == expected_sessions());
+  EXPECT_TRUE(world->sessions == expected_sessions());
 }
 
-CAF_TEST(one failed ZADD reply on a live connection is a failure and the replay repairs it) {
+TEST_F(Runtime, OneFailedZADDReplyOnALiveConnectionIsAFailureAndTheReplayRepairsIt) {
   fill(0, 30);
   fill(1, 30);
   h0 = world->lsos();
   settings.max_batch_records = 5;
   world->reply_error_fault.arm(1, 3); // the 4th send's first ZADD fails
   start();
-  CAF_REQUIRE(drive_to("dirty"));
-  CAF_CHECK_EQUAL(failures_of("redis_reply"), 1u);
-  CAF_CHECK(contains(last_error(), "error reply"));
-  CAF_REQUIRE(drive_to("ready"));
-  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{30});
-  CAF_CHECK(world->checkpoint(1) == std::optional<int64_t>{30});
-  CAF_CHECK(world->sessions == expected_sessions());
+  ASSERT_TRUE(drive_to("dirty"));
+  EXPECT_EQ(failures_of("redis_reply"), 1u);
+  EXPECT_TRUE(contains(last_error(), "error reply"));
+  ASSERT_TRUE(drive_to("ready"));
+  EXPECT_TRUE(world->checkpoint(0) == std::optional<int64_t>{30});
+  EXPECT_TRUE(world->checkpoint(1) == std::optional<int64_t>{30});
+  EXPECT_TRUE(world->sessions == expected_sessions());
 }
 
-CAF_TEST(replies that are not in yet are waited for and not failed) {
+TEST_F(Runtime, RepliesThatAreNotInYetAreWaitedForAndNotFailed) {
   fill(0, 30);
   h0 = world->lsos();
   world->confirm_not_yet = 40;
   start();
-  CAF_REQUIRE(drive_to("ready"));
-  CAF_CHECK(!saw("dirty"));
-  CAF_CHECK_GREATER_OR_EQUAL(world->calls.not_yet, 40u);
-  CAF_CHECK(world->sessions == expected_sessions());
+  ASSERT_TRUE(drive_to("ready"));
+  EXPECT_TRUE(!saw("dirty"));
+  EXPECT_GE(world->calls.not_yet, 40u);
+  EXPECT_TRUE(world->sessions == expected_sessions());
 }
 
-CAF_TEST(records are found through the data callback without the idle timer) {
+TEST_F(Runtime, RecordsAreFoundThroughTheDataCallbackWithoutTheIdleTimer) {
   fill(0, 5);
   start();
-  CAF_REQUIRE(drive_to("ready"));
+  ASSERT_TRUE(drive_to("ready"));
   settings.idle_poll = 1h; // only affects how drive() moves the clock from here
   auto wakes = world->calls.wakes;
   fill(0, 7);
   run_jobs();
-  CAF_CHECK_GREATER(world->calls.wakes, wakes);
-  CAF_CHECK(world->checkpoint(0) == std::optional<int64_t>{12});
+  EXPECT_GT(world->calls.wakes, wakes);
+  EXPECT_TRUE(world->checkpoint(0) == std::optional<int64_t>{12});
 }
 
-CAF_TEST(PULL is answered while the write pipeline waits for replies) {
+TEST_F(Runtime, PullIsAnsweredWhileTheWritePipelineWaitsForReplies) {
   fill(0, 5);
   start();
-  CAF_REQUIRE(drive_to("ready"));
+  ASSERT_TRUE(drive_to("ready"));
   world->confirm_not_yet = 1000000;
   fill(0, 5);
   run_jobs();
-  CAF_REQUIRE(world->checkpoint(0) == std::optional<int64_t>{5}); // still waiting
+  ASSERT_TRUE(world->checkpoint(0) == std::optional<int64_t>{5}); // still waiting
   auto got = pull("u1", 10);
-  CAF_REQUIRE(got);
+  ASSERT_TRUE(got);
   session_list want;
   for (auto& [conv, score] : world->sessions["u1"])
     want.push_back(session_entry{conv, score});
   std::sort(want.begin(), want.end(),
             [](auto& a, auto& b) { return a.last_active > b.last_active; });
-  CAF_REQUIRE_EQUAL(got->size(), want.size());
+  ASSERT_EQ(got->size(), want.size());
   for (size_t i = 0; i < want.size(); ++i)
-    CAF_CHECK_EQUAL((*got)[i].conversation_id, want[i].conversation_id);
+    EXPECT_EQ((*got)[i].conversation_id, want[i].conversation_id);
   world->confirm_not_yet = 0;
 }
 
-CAF_TEST(startup reads Redis before the broker) {
+TEST_F(Runtime, StartupReadsRedisBeforeTheBroker) {
   fill(0, 5);
   auto w = world.get();
   auto reads_at_inspect = std::make_shared<uint64_t>(0);
   world->on_inspect = [w, reads_at_inspect] { *reads_at_inspect = w->calls.read; };
   start();
-  CAF_REQUIRE(drive_to("ready"));
-  CAF_CHECK_EQUAL(*reads_at_inspect, 1u);
+  ASSERT_TRUE(drive_to("ready"));
+  EXPECT_EQ(*reads_at_inspect, 1u);
 }
 
-CAF_TEST(an evicting Redis is refused unless the operator allows it) {
+TEST_F(Runtime, AnEvictingRedisIsRefusedUnlessTheOperatorAllowsIt) {
   fill(0, 5);
   world->maxmemory_policy = "allkeys-lru";
   start();
-  CAF_REQUIRE(drive_to("refused"));
-  CAF_CHECK(contains(last_error(), "maxmemory-policy"));
-  CAF_CHECK(contains(last_error(), "allkeys-lru"));
-  CAF_CHECK(!world->has_meta());
+  ASSERT_TRUE(drive_to("refused"));
+  EXPECT_TRUE(contains(last_error(), "maxmemory-policy"));
+  EXPECT_TRUE(contains(last_error(), "allkeys-lru"));
+  EXPECT_TRUE(!world->has_meta());
 }
 
-CAF_TEST(an evicting Redis starts with redis.allow-eviction) {
+TEST_F(Runtime, AnEvictingRedisStartsWithRedisAllowEviction) {
   fill(0, 5);
   world->maxmemory_policy = "allkeys-lru";
   settings.redis.allow_eviction = true;
   start();
-  CAF_REQUIRE(drive_to("ready"));
+  ASSERT_TRUE(drive_to("ready"));
 }
 
-CAF_TEST(a compacted dispatch topic is refused) {
+TEST_F(Runtime, ACompactedDispatchTopicIsRefused) {
   fill(0, 5);
   world->cleanup_policy = "compact,delete";
   start();
-  CAF_REQUIRE(drive_to("refused"));
-  CAF_CHECK(contains(last_error(), "cleanup.policy"));
-  CAF_CHECK(contains(last_error(), "compact,delete"));
+  ASSERT_TRUE(drive_to("refused"));
+  EXPECT_TRUE(contains(last_error(), "cleanup.policy"));
+  EXPECT_TRUE(contains(last_error(), "compact,delete"));
 }
 
-CAF_TEST(an exit message to the projection ends every child) {
+TEST_F(Runtime, AnExitMessageToTheProjectionEndsEveryChild) {
   auto before = sys.registry().running();
   fill(0, 5);
   start();
-  CAF_REQUIRE(drive_to("ready"));
-  CAF_REQUIRE_GREATER(sys.registry().running(), before + 8); // listener + 8 of the projection
+  ASSERT_TRUE(drive_to("ready"));
+  ASSERT_GT(sys.registry().running(), before + 8); // listener + 8 of the projection
   caf::anon_send_exit(proj, caf::exit_reason::user_shutdown);
   run_jobs();
-  CAF_CHECK_EQUAL(sys.registry().running(), before + 1); // the listener
+  EXPECT_EQ(sys.registry().running(), before + 1); // the listener
   auto polls = world->calls.poll;
   auto identities = world->calls.identity;
   fill(0, 5);
   run_for(5s, 50ms);
-  CAF_CHECK_EQUAL(world->calls.poll, polls);
-  CAF_CHECK_EQUAL(world->calls.identity, identities);
+  EXPECT_EQ(world->calls.poll, polls);
+  EXPECT_EQ(world->calls.identity, identities);
   proj = nullptr;
 }
 
-CAF_TEST(a linked host actor that dies ends the projection and its children) {
+TEST_F(Runtime, ALinkedHostActorThatDiesEndsTheProjectionAndItsChildren) {
   auto before = sys.registry().running();
   fill(0, 5);
   start();
-  CAF_REQUIRE(drive_to("ready"));
+  ASSERT_TRUE(drive_to("ready"));
   auto target = caf::actor_cast<caf::actor>(proj);
   auto host = sys.spawn([target](caf::event_based_actor* self) -> caf::behavior {
     self->link_to(target);
@@ -461,19 +457,17 @@ CAF_TEST(a linked host actor that dies ends the projection and its children) {
   run_jobs();
   caf::anon_send_exit(host, caf::exit_reason::kill);
   run_jobs();
-  CAF_CHECK_EQUAL(sys.registry().running(), before + 1); // the listener
+  EXPECT_EQ(sys.registry().running(), before + 1); // the listener
   proj = nullptr;
 }
 
-CAF_TEST(a killed projection still ends its children) {
+TEST_F(Runtime, AKilledProjectionStillEndsItsChildren) {
   auto before = sys.registry().running();
   fill(0, 5);
   start();
-  CAF_REQUIRE(drive_to("ready"));
+  ASSERT_TRUE(drive_to("ready"));
   caf::anon_send_exit(proj, caf::exit_reason::kill); // cannot be trapped
   run_jobs();
-  CAF_CHECK_EQUAL(sys.registry().running(), before + 1); // the listener
+  EXPECT_EQ(sys.registry().running(), before + 1); // the listener
   proj = nullptr;
 }
-
-CAF_TEST_FIXTURE_SCOPE_END()
