@@ -52,27 +52,11 @@ struct projection_fixture : engine, ::testing::Test {
   }
 };
 
-// -- what CAF 0.17 and 1.x spell differently (tests/actor only) ------------------
-
-/// The state of a stateful actor (0.17: the member `state`, 1.x: state()).
+/// The state of a stateful actor behind a reference (caf_compat.hpp's
+/// state_of takes the pointer).
 template <class Actor>
 auto& state_of(Actor& self) {
-#if CAF_MAJOR_VERSION >= 1
-  return self.state();
-#else
-  return self.state;
-#endif
-}
-
-/// An error as CAF renders it: 0.17 by the renderer registered for its
-/// category (add_error_renderer), 1.x by its code enum's to_string.
-inline std::string render(caf::actor_system& sys, const caf::error& err) {
-#if CAF_MAJOR_VERSION >= 1
-  (void) sys;
-  return caf::to_string(err);
-#else
-  return sys.render(err);
-#endif
+  return qsp::state_of(&self);
 }
 
 } // namespace qsp::test

@@ -130,7 +130,7 @@ TEST_F(Lifecycle, ASecondShutdownRequestIsAnsweredToo) {
 
 TEST_F(Lifecycle, ErrorsOfTheQspCategoryRenderByName) {
   auto err = caf::make_error(ec::invalid_config, "projection.partition-count: required");
-  auto text = render(sys, err);
+  auto text = render_error(sys, err);
   EXPECT_TRUE(contains(text, "invalid_config"));
   EXPECT_TRUE(contains(text, "projection.partition-count: required"));
 }

@@ -28,6 +28,7 @@
 #include <utility>
 
 #include "caf/actor_addr.hpp"
+#include "caf/actor_system.hpp"
 #include "caf/actor_system_config.hpp"
 #include "caf/config.hpp"
 #include "caf/error.hpp"
@@ -285,6 +286,17 @@ inline std::vector<std::string> remainder_of(const caf::actor_system_config& cfg
   return {xs.begin(), xs.end()};
 #else
   return cfg.remainder;
+#endif
+}
+
+/// An error as CAF renders it: 0.17 by the renderer registered for its
+/// category (add_error_renderer), 1.x by its code enum's to_string.
+inline std::string render_error(caf::actor_system& sys, const caf::error& err) {
+#if CAF_MAJOR_VERSION >= 1
+  (void) sys;
+  return caf::to_string(err);
+#else
+  return sys.render(err);
 #endif
 }
 
