@@ -4,13 +4,15 @@
 // needs no CAF test runner and no libcaf_test: it runs from GoogleTest and
 // from CAF's framework alike.  Selected by testkit/CMakeLists.txt.
 //
-// Every message of a scheduled actor is one event in a single list, in the
-// order it was enqueued; running an event resumes its actor for one message
-// (its oldest).  Timers live in a multimap on the simulated clock and fire
+// It schedules as CAF's test_coordinator (0.17's, and 1.1's legacy one in
+// caf::detail) does: an actor joins the job list when a message reaches its
+// empty mailbox, each step resumes the first job for one message, and a job
+// with more messages stays first.  So a seed drives the same interleaving on
+// both versions.  Timers live in a multimap on the simulated clock and fire
 // only when advance_time() passes them.
 #include "testkit/runtime.hpp"
 
-#include <list>
+#include <deque>
 #include <map>
 #include <memory>
 #include <set>
@@ -37,60 +39,43 @@ namespace qsp::test {
 
 namespace {
 
-struct event {
-  event(caf::resumable* t, caf::mailbox_element_ptr m) : target(t), item(std::move(m)) {}
-  caf::intrusive_ptr<caf::resumable> target;
-  /// The message, or null for a resumable that is not an actor.
-  caf::mailbox_element_ptr item;
-};
-
-using event_list = std::list<std::unique_ptr<event>>;
-
-caf::mailbox_element_ptr pop_for(event_list& events, caf::scheduled_actor* owner) {
-  for (auto i = events.begin(); i != events.end(); ++i) {
-    if ((*i)->target.get() == owner && (*i)->item) {
-      auto result = std::move((*i)->item);
-      events.erase(i);
-      return result;
-    }
-  }
-  return nullptr;
-}
-
-size_t count_for(const event_list& events, caf::scheduled_actor* owner) {
-  size_t n = 0;
-  for (auto& e : events)
-    if (e->target.get() == owner && e->item)
-      ++n;
-  return n;
-}
+/// The actors with work, in the order they run: an actor is scheduled when
+/// a message arrives at its empty mailbox and runs one message per step; it
+/// stays first until its mailbox is empty (as CAF's test_coordinator).
+using job_list = std::deque<caf::resumable*>;
 
 class mailbox final : public caf::ref_counted, public caf::abstract_mailbox {
 public:
-  mailbox(event_list* events, caf::scheduled_actor* owner) : events_(events), owner_(owner) {}
-
   caf::intrusive::inbox_result push_back(caf::mailbox_element_ptr ptr) override {
     if (closed_) {
       caf::detail::sync_request_bouncer bouncer;
       bouncer(*ptr);
       return caf::intrusive::inbox_result::queue_closed;
     }
-    auto unblocked = count_for(*events_, owner_) == 0;
-    events_->push_back(std::make_unique<event>(owner_, std::move(ptr)));
-    return unblocked ? caf::intrusive::inbox_result::unblocked_reader
-                     : caf::intrusive::inbox_result::success;
+    queue_.push_back(std::move(ptr));
+    if (blocked_) {
+      blocked_ = false;
+      return caf::intrusive::inbox_result::unblocked_reader;
+    }
+    return caf::intrusive::inbox_result::success;
   }
 
-  void push_front(caf::mailbox_element_ptr ptr) override {
-    events_->push_front(std::make_unique<event>(owner_, std::move(ptr)));
-  }
+  void push_front(caf::mailbox_element_ptr ptr) override { queue_.push_front(std::move(ptr)); }
 
-  caf::mailbox_element_ptr pop_front() override { return pop_for(*events_, owner_); }
+  caf::mailbox_element_ptr pop_front() override {
+    if (queue_.empty())
+      return nullptr;
+    auto result = std::move(queue_.front());
+    queue_.pop_front();
+    return result;
+  }
 
   bool closed() const noexcept override { return closed_; }
   bool blocked() const noexcept override { return blocked_; }
 
   bool try_block() override {
+    if (!queue_.empty())
+      return false;
     blocked_ = true;
     return true;
   }
@@ -106,44 +91,37 @@ public:
     closed_ = true;
     size_t n = 0;
     caf::detail::sync_request_bouncer bounce;
-    for (auto m = pop_for(*events_, owner_); m != nullptr; m = pop_for(*events_, owner_)) {
+    while (!queue_.empty()) {
+      auto m = std::move(queue_.front());
+      queue_.pop_front();
       ++n;
       bounce(*m);
     }
     return n;
   }
 
-  size_t size() override { return count_for(*events_, owner_); }
+  size_t size() override { return queue_.size(); }
   void ref_mailbox() noexcept override { ref(); }
   void deref_mailbox() noexcept override { deref(); }
 
   caf::mailbox_element* peek(caf::message_id) override {
-    for (auto& e : *events_)
-      if (e->target.get() == owner_ && e->item)
-        return e->item.get();
-    return nullptr;
+    return queue_.empty() ? nullptr : queue_.front().get();
   }
+
+  const std::deque<caf::mailbox_element_ptr>& queue() const { return queue_; }
 
 private:
   bool blocked_ = false;
   bool closed_ = false;
-  event_list* events_;
-  caf::scheduled_actor* owner_;
+  std::deque<caf::mailbox_element_ptr> queue_;
 };
 
 class mailbox_factory final : public caf::detail::mailbox_factory {
 public:
-  explicit mailbox_factory(event_list* events) : events_(events) {}
-
-  caf::abstract_mailbox* make(caf::scheduled_actor* owner) override {
-    return new mailbox(events_, owner);
-  }
+  caf::abstract_mailbox* make(caf::scheduled_actor*) override { return new mailbox; }
 
   /// Blocking actors (a scoped_actor) keep CAF's own mailbox.
   caf::abstract_mailbox* make(caf::blocking_actor*) override { return nullptr; }
-
-private:
-  event_list* events_;
 };
 
 class det_clock final : public caf::actor_clock {
@@ -182,45 +160,27 @@ public:
 
 class det_scheduler final : public caf::scheduler {
 public:
-  explicit det_scheduler(event_list* events) : events_(events) {}
+  explicit det_scheduler(job_list* jobs) : jobs_(jobs) {}
 
-  void schedule(caf::resumable* ptr) override {
-    using subtype = caf::resumable::subtype_t;
-    switch (ptr->subtype()) {
-      case subtype::scheduled_actor:
-      case subtype::io_actor: {
-        // Their messages are events already; an actor that is not
-        // initialized yet runs its initialization now (as CAF's fixture).
-        auto dptr = dynamic_cast<caf::scheduled_actor*>(ptr);
-        if (!dptr->initialized() && !dptr->inactive())
-          dptr->resume(this, 0);
-        break;
-      }
-      default:
-        events_->push_back(std::make_unique<event>(ptr, nullptr));
-    }
-    // CAF bumps the reference count before it schedules.
-    intrusive_ptr_release(ptr);
-  }
-
+  /// CAF bumped the reference count: the job keeps it until it is done.
+  void schedule(caf::resumable* ptr) override { jobs_->push_back(ptr); }
   void delay(caf::resumable* what) override { schedule(what); }
   void start() override {}
-  void stop() override { drop_events(*events_); }
+  void stop() override { drop_jobs(*jobs_); }
 
-  static void drop_events(event_list& events) {
-    // Not events.clear(): dropping a message can end an actor, which then
-    // closes its mailbox and takes events out of the list meanwhile.
-    while (!events.empty()) {
-      event_list tmp;
-      tmp.splice(tmp.end(), events);
+  static void drop_jobs(job_list& jobs) {
+    while (!jobs.empty()) {
+      auto* job = jobs.front();
+      jobs.pop_front();
+      intrusive_ptr_release(job);
     }
   }
 
 private:
-  event_list* events_;
+  job_list* jobs_;
 };
 
-caf::actor_system_config& prepare(caf::actor_system_config& cfg, event_list* events,
+caf::actor_system_config& prepare(caf::actor_system_config& cfg,
                                   const std::function<void(caf::actor_system_config&)>& configure) {
   if (configure)
     configure(cfg);
@@ -228,56 +188,65 @@ caf::actor_system_config& prepare(caf::actor_system_config& cfg, event_list* eve
   cfg.set("caf.logger.file.verbosity", "quiet");
   cfg.set("caf.logger.console.verbosity", "quiet");
   caf::detail::actor_system_config_access{cfg}.mailbox_factory(
-    std::make_unique<mailbox_factory>(events));
+    std::make_unique<mailbox_factory>());
   return cfg;
 }
 
 class det_system final : public caf::actor_system {
 public:
-  det_system(caf::actor_system_config& cfg, event_list* events)
-    : caf::actor_system(cfg, setup, events) {}
+  det_system(caf::actor_system_config& cfg, job_list* jobs)
+    : caf::actor_system(cfg, setup, jobs) {}
 
 private:
   static void setup(caf::actor_system& sys, caf::actor_system_config&, void* data) {
-    auto* events = static_cast<event_list*>(data);
     caf::detail::actor_system_access access{sys};
     access.clock(std::make_unique<det_clock>());
-    access.scheduler(std::make_unique<det_scheduler>(events));
+    access.scheduler(std::make_unique<det_scheduler>(static_cast<job_list*>(data)));
   }
 };
+
+const mailbox* mailbox_of(caf::resumable* job) {
+  auto* a = dynamic_cast<caf::scheduled_actor*>(job);
+  return a == nullptr ? nullptr : dynamic_cast<const mailbox*>(&a->mailbox());
+}
 
 } // namespace
 
 struct runtime::impl {
   explicit impl(const std::function<void(caf::actor_system_config&)>& configure)
-    : sys(prepare(cfg, &events, configure), &events) {}
+    : sys(prepare(cfg, configure), &jobs) {}
 
   ~impl() {
     // Nothing runs any more: drop what is pending, so that actors nobody
-    // references end and the system's destructor does not wait for them.
+    // references end, and do not let the system's destructor wait for the
+    // ones a test left running (a host's own): nothing would run them.
+    sys.await_actors_before_shutdown(false);
     the_clock().drop();
-    det_scheduler::drop_events(events);
+    det_scheduler::drop_jobs(jobs);
   }
 
   det_clock& the_clock() { return dynamic_cast<det_clock&>(sys.clock()); }
 
-  bool run(event_list::iterator i) {
-    auto target = (*i)->target;
-    if (!(*i)->item) {
-      events.erase(i);
-      auto res = target->resume(&sys.scheduler(), 1);
-      while (res == caf::resumable::resume_later)
-        res = target->resume(&sys.scheduler(), 0);
-      return true;
+  /// Runs the job at `i` for one message (as test_coordinator::try_run_once).
+  bool run(job_list::iterator i) {
+    auto* job = *i;
+    jobs.erase(i);
+    switch (job->resume(&sys.scheduler(), 1)) {
+      case caf::resumable::resume_later:
+        jobs.push_front(job);
+        break;
+      case caf::resumable::done:
+      case caf::resumable::awaiting_message:
+        intrusive_ptr_release(job);
+        break;
+      default:
+        break;
     }
-    // An actor takes its oldest message (this one: the first of its own).
-    target->resume(&sys.scheduler(), 1);
     return true;
   }
 
-  /// Declared before the system: it outlives it (the system's shutdown
-  /// still closes mailboxes, which look at it).
-  event_list events;
+  /// Declared before the system: it outlives it.
+  job_list jobs;
   caf::actor_system_config cfg;
   det_system sys;
 };
@@ -291,9 +260,9 @@ caf::actor_system& runtime::system() { return impl_->sys; }
 caf::actor_system_config& runtime::config() { return impl_->cfg; }
 
 bool runtime::run_once() {
-  if (impl_->events.empty())
+  if (impl_->jobs.empty())
     return false;
-  return impl_->run(impl_->events.begin());
+  return impl_->run(impl_->jobs.begin());
 }
 
 size_t runtime::run() {
@@ -303,31 +272,27 @@ size_t runtime::run() {
   return n;
 }
 
-bool runtime::has_pending() { return !impl_->events.empty(); }
+bool runtime::has_pending() { return !impl_->jobs.empty(); }
 
 bool runtime::run_first(
   const std::function<bool(caf::abstract_actor*, const caf::message&)>& match) {
-  auto& events = impl_->events;
-  std::set<caf::resumable*> seen;
-  for (auto i = events.begin(); i != events.end(); ++i) {
-    auto* target = (*i)->target.get();
-    if (!(*i)->item || seen.count(target) > 0)
+  auto& jobs = impl_->jobs;
+  for (auto i = jobs.begin(); i != jobs.end(); ++i) {
+    auto* box = mailbox_of(*i);
+    if (box == nullptr)
       continue;
-    seen.insert(target);
-    auto* actor = dynamic_cast<caf::abstract_actor*>(target);
-    for (auto j = i; j != events.end(); ++j)
-      if ((*j)->target.get() == target && (*j)->item && match(actor, (*j)->item->payload))
+    auto* actor = dynamic_cast<caf::abstract_actor*>(*i);
+    for (auto& m : box->queue())
+      if (match(actor, m->payload))
         return impl_->run(i);
   }
   return false;
 }
 
 bool runtime::run_first_of(const std::function<bool(caf::abstract_actor*)>& match) {
-  auto& events = impl_->events;
-  for (auto i = events.begin(); i != events.end(); ++i) {
-    if (!(*i)->item)
-      continue;
-    auto* actor = dynamic_cast<caf::abstract_actor*>((*i)->target.get());
+  auto& jobs = impl_->jobs;
+  for (auto i = jobs.begin(); i != jobs.end(); ++i) {
+    auto* actor = dynamic_cast<caf::abstract_actor*>(*i);
     if (actor != nullptr && match(actor))
       return impl_->run(i);
   }
@@ -342,7 +307,7 @@ caf::actor_clock::time_point runtime::now() const {
 
 void runtime::drop_all() {
   impl_->the_clock().drop();
-  det_scheduler::drop_events(impl_->events);
+  det_scheduler::drop_jobs(impl_->jobs);
 }
 
 } // namespace qsp::test

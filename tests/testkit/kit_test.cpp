@@ -494,11 +494,18 @@ TEST(KitHost, RequestAsksAHostActorInOneLine) {
   ASSERT_EQ(got->size(), 1u);
   EXPECT_EQ((*got)[0].conversation_id, "conv-2-2");
   // An actor that never answers: the request times out on the kit's clock.
-  auto silent = k.system().spawn([](caf::event_based_actor* self, int) -> caf::behavior {
-    return {[self](qsp::atom::pull, const std::string&, uint32_t) {
-      return self->make_response_promise<qsp::session_list>();
-    }};
-  }, 0);
+  // (It keeps its promises: CAF 1.x answers a dropped one with broken_promise.)
+  auto kept = std::make_shared<std::vector<caf::typed_response_promise<qsp::session_list>>>();
+  auto silent = k.system().spawn(
+    [](caf::event_based_actor* self,
+       std::shared_ptr<std::vector<caf::typed_response_promise<qsp::session_list>>> kept)
+      -> caf::behavior {
+      return {[self, kept](qsp::atom::pull, const std::string&, uint32_t) {
+        kept->push_back(self->make_response_promise<qsp::session_list>());
+        return kept->back();
+      }};
+    },
+    kept);
   auto t0 = k.elapsed();
   auto none = k.request_within<qsp::session_list>(1s, silent, qsp::atom::pull_v,
                                                   std::string{"alice"}, uint32_t{1});
