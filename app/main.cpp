@@ -9,6 +9,7 @@
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -448,6 +449,8 @@ int main(int argc, char** argv) {
   // --NAME=true and --NAME=false too (a flag that defaults to true, such as
   // redis.tls-verify-hostname, can be turned off only so).
   std::vector<std::string> flags_off;
+  // CAF's own options keep their 0.17 names on every CAF (caf_cli_arg).
+  std::vector<std::unique_ptr<std::string>> renamed;
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
     if (auto eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos
@@ -487,6 +490,9 @@ int main(int argc, char** argv) {
     else if (a == "--help" || a == "-h") {
       std::cout << usage << cfg.help();
       return exit_ok;
+    } else if (auto b = caf_cli_arg(a); b != a) {
+      renamed.push_back(std::make_unique<std::string>(std::move(b)));
+      args.push_back(renamed.back()->data());
     } else
       args.push_back(argv[i]);
   }

@@ -279,6 +279,18 @@ void set_caf_option(caf::actor_system_config& cfg, const std::string& key,
 #endif
 }
 
+/// A command-line argument for CAF's own options as 0.17 names them
+/// (--scheduler.policy=sharing): 1.x expects them under "caf."; anything
+/// else is returned as is.
+inline std::string caf_cli_arg(const std::string& arg) {
+#if CAF_MAJOR_VERSION >= 1
+  for (const char* group : {"--scheduler.", "--logger.", "--work-stealing.", "--stream."})
+    if (arg.rfind(group, 0) == 0)
+      return "--caf." + arg.substr(2);
+#endif
+  return arg;
+}
+
 /// The command-line arguments CAF did not take (0.17: a member, 1.x: a function).
 inline std::vector<std::string> remainder_of(const caf::actor_system_config& cfg) {
 #if CAF_MAJOR_VERSION >= 1
