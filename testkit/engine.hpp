@@ -3,7 +3,8 @@
 // invariant checker.  The public qsp::testkit::kit (testkit.hpp) is a facade
 // over it; the project's own actor tests (tests/actor/fixture.hpp) use it
 // directly for fine-grained access to the world.  It needs no test
-// framework: failures go to on_failure(), which the CAF fixture overrides.
+// framework: failures go to on_failure(), which the actor tests' GoogleTest
+// fixture (tests/actor/fixture.hpp) and the kit override.
 //
 // Drive the system with drive()/run_for() (never rt.run(): consumers
 // re-arm an idle-poll timer and the aggregator a progress timer, so run()
