@@ -496,7 +496,7 @@ int main(int argc, char** argv) {
     } else
       args.push_back(argv[i]);
   }
-  if (auto err = cfg.parse(static_cast<int>(args.size()), args.data())) {
+  if (auto err = parse_config(cfg, args)) {
     std::cerr << "error: " << caf::to_string(err) << '\n';
     // The likeliest cause in Redis Cluster mode: a hash-tag namespace left
     // unquoted in the config file ({...} is a CAF dictionary there).

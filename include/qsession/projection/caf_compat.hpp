@@ -18,7 +18,10 @@
 #pragma once
 
 #include <chrono>
+#include <fstream>
 #include <functional>
+#include <istream>
+#include <sstream>
 #include <map>
 #include <string>
 #include <string_view>
@@ -282,13 +285,96 @@ void set_caf_option(caf::actor_system_config& cfg, const std::string& key,
 /// A command-line argument for CAF's own options as 0.17 names them
 /// (--scheduler.policy=sharing): 1.x expects them under "caf."; anything
 /// else is returned as is.
+/// 0.17 also reads a value in double quotes as the string inside them
+/// (--http.listen=""), which 1.x would take verbatim: the quotes go.
 inline std::string caf_cli_arg(const std::string& arg) {
 #if CAF_MAJOR_VERSION >= 1
+  auto result = arg;
+  if (auto eq = result.find('='); result.rfind("--", 0) == 0 && eq != std::string::npos
+                                  && result.size() > eq + 3 && result[eq + 1] == '"'
+                                  && result.back() == '"')
+    result = result.substr(0, eq + 1) + result.substr(eq + 2, result.size() - eq - 3);
   for (const char* group : {"--scheduler.", "--logger.", "--work-stealing.", "--stream."})
-    if (arg.rfind(group, 0) == 0)
-      return "--caf." + arg.substr(2);
-#endif
+    if (result.rfind(group, 0) == 0)
+      return "--caf." + result.substr(2);
+  return result;
+#else
   return arg;
+#endif
+}
+
+/// A configuration file in 0.17's INI form ([group] and key=value lines,
+/// ';' comments) in 1.x's syntax (group { key = value }); values are the
+/// same literals in both.
+inline std::string ini_to_caf_config(std::istream& in) {
+  std::string out;
+  bool open = false;
+  for (std::string line; std::getline(in, line);) {
+    auto b = line.find_first_not_of(" \t\r");
+    if (b == std::string::npos || line[b] == ';' || line[b] == '#')
+      continue;
+    auto e = line.find_last_not_of(" \t\r");
+    auto text = line.substr(b, e - b + 1);
+    if (text.front() == '[' && text.back() == ']') {
+      if (open)
+        out += "}\n";
+      out += text.substr(1, text.size() - 2) + " {\n";
+      open = true;
+    } else {
+      out += text + "\n";
+    }
+  }
+  if (open)
+    out += "}\n";
+  return out;
+}
+
+/// Parses the command line (`args`: argv[0] first) and the configuration
+/// file it names with --config-file=PATH, written in 0.17's INI form on
+/// either version (1.x's own syntax differs).
+inline caf::error parse_config(caf::actor_system_config& cfg, std::vector<char*> args) {
+#if CAF_MAJOR_VERSION >= 1
+  std::string file;
+  std::vector<std::string> rest;
+  std::vector<std::string> program;
+  if (!args.empty()) {
+    program.emplace_back(args.front());
+    args.erase(args.begin());
+  }
+  // An empty value (--http.listen="") 1.x's command line cannot take: it
+  // goes into the configuration text instead, after the file's lines.
+  std::string empties;
+  for (auto* a : args) {
+    std::string x{a};
+    auto eq = x.find('=');
+    if (x.rfind("--config-file=", 0) == 0)
+      file = caf_cli_arg(x).substr(14);
+    else if (x.rfind("--", 0) == 0 && eq != std::string::npos && x.substr(eq + 1) == "\"\"")
+      empties += x.substr(2, eq - 2) + " = \"\"\n";
+    else
+      rest.push_back(std::move(x));
+  }
+  // (argv[0] as the program name, as parse(argc, argv) takes it.)
+  std::vector<char*> argv;
+  for (auto& x : program)
+    argv.push_back(x.data());
+  for (auto& x : rest)
+    argv.push_back(x.data());
+  auto argc = static_cast<int>(argv.size());
+  if (file.empty() && empties.empty())
+    return cfg.parse(argc, argv.data());
+  std::string text;
+  if (!file.empty()) {
+    std::ifstream in{file};
+    if (!in)
+      return caf::make_error(caf::sec::cannot_open_file, "cannot open config file " + file);
+    text = ini_to_caf_config(in);
+  }
+  std::istringstream conf{text + empties};
+  return cfg.parse(argc, argv.data(), conf);
+#else
+  return cfg.parse(static_cast<int>(args.size()), args.data());
+#endif
 }
 
 /// The command-line arguments CAF did not take (0.17: a member, 1.x: a function).
