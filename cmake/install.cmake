@@ -29,6 +29,14 @@ if(QSP_INSTALL_DEPS AND EXISTS "${QSP_DEPS_PREFIX}/lib")
   install(DIRECTORY ${QSP_DEPS_PREFIX}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 endif()
 
+# The package config records the CAF the library was built against
+# (QSP_CAF_VERSION, cmake/caf.cmake), finds the same one and refuses a host's
+# other CAF by name; on CAF 1.x it falls back to the build's CAF_DIR.
+if(QSP_CAF_MAJOR GREATER_EQUAL 1)
+  set(QSP_CAF_HINT "${CAF_DIR}")
+else()
+  set(QSP_CAF_HINT "")
+endif()
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/QsessionProjectionConfig.cmake.in
   ${PROJECT_BINARY_DIR}/QsessionProjectionConfig.cmake INSTALL_DESTINATION ${qsp_cmake_dir})
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/QsessionProjectionConfigVersion.cmake

@@ -30,7 +30,7 @@ using qsp::testkit::kit_options;
 kit_options host_options() {
   kit_options o;
   o.configure = [](caf::actor_system_config& cfg) {
-    cfg.add_message_types<caf::id_block::host>();
+    qsp::add_type_blocks<caf::id_block::host>(cfg);
   };
   return o;
 }

@@ -1,4 +1,5 @@
-// example-host: a CAF 0.17 application with its own typed actors, its own
+// example-host: a CAF application (Debian's 0.17 or 1.1, one source through
+// qsession/projection/caf_compat.hpp) with its own typed actors, its own
 // type-ID block at caf::first_custom_type_id, its own `status` atom and its
 // own `redis.*` options, embedding one or two projections (tenants) through
 // the installed package or as a subproject.  docs/EMBEDDING.md walks through it.
@@ -64,7 +65,10 @@ struct config : caf::actor_system_config {
   int64_t redis_port = cache_port;
 
   config() {
-    add_message_types<caf::id_block::host>();
+    // Before the actor system exists: the host's own block (0.17: in this
+    // configuration; 1.x: CAF's meta objects of the process), then the
+    // projection's.
+    qsp::add_type_blocks<caf::id_block::host>(*this);
     qsp::register_types(*this);
     opt_group{custom_options_, "host"}
       .add(mode, "mode", "serve|respawn|ping")

@@ -1,7 +1,9 @@
 // The host's own messages: one type-ID block at caf::first_custom_type_id,
 // with its own `status` atom (the projection's is `qsp_status`, a different
-// atom).  main.cpp and the host's tests (host_kit_test.cpp) register it with
-// `cfg.add_message_types<caf::id_block::host>()`.
+// atom).  main.cpp and the host's tests (host_kit_test.cpp) register it,
+// before their actor system exists, with
+// `qsp::add_type_blocks<caf::id_block::host>(cfg)` (CAF 0.17: adds it to the
+// configuration; 1.x: caf::init_global_meta_objects<caf::id_block::host>()).
 #pragma once
 
 #include <cstdint>

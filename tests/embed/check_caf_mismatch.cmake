@@ -1,0 +1,46 @@
+# cmake -DCASE=host|dependency -DEMBED_DIR=... -DBUILT=<the build's CAF version>
+#       -DOTHER=<major.minor of the other CAF> [-DOTHER_CAF_DIR=<CAF 1.x>/lib/cmake/CAF]
+#       -DHOST_SRC=.../caf_mismatch -DGENERATOR=... -DCXX=... -P check_caf_mismatch.cmake
+# Configures the host of caf_mismatch/ with the other CAF against the
+# installed, moved package (fixture embed_install) and passes if the
+# configure fails with the package config's error naming both versions.
+#   host        the host finds the other CAF itself, before the package;
+#   dependency  the host finds none, the package's find_dependency meets the
+#               other one first in CMAKE_PREFIX_PATH (a 0.17 package and a
+#               CAF 1.1 prefix: Debian's CAF has no prefix of its own).
+set(prefix ${EMBED_DIR}/moved-prefix)
+set(bin ${EMBED_DIR}/caf-mismatch-${CASE})
+set(args -G ${GENERATOR} -DCMAKE_CXX_COMPILER=${CXX})
+if(CASE STREQUAL "host" AND OTHER_CAF_DIR)
+  list(APPEND args -DHOST_CAF=config -DCAF_DIR=${OTHER_CAF_DIR} -DCMAKE_PREFIX_PATH=${prefix})
+elseif(CASE STREQUAL "host")
+  list(APPEND args -DHOST_CAF=module -DQSP_MODULE_DIR=${prefix}/lib/cmake/QsessionProjection
+       -DCMAKE_PREFIX_PATH=${prefix})
+elseif(CASE STREQUAL "dependency" AND OTHER_CAF_DIR)
+  get_filename_component(other_prefix ${OTHER_CAF_DIR}/../../.. ABSOLUTE)
+  list(APPEND args -DHOST_CAF=none -DCMAKE_PREFIX_PATH=${prefix} -DOTHER_PREFIX=${other_prefix})
+else()
+  message(FATAL_ERROR "CASE must be host or dependency (dependency needs OTHER_CAF_DIR)")
+endif()
+
+file(REMOVE_RECURSE ${bin})
+execute_process(COMMAND ${CMAKE_COMMAND} -S ${HOST_SRC} -B ${bin} ${args}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+message("${out}")
+file(REMOVE_RECURSE ${bin})
+if(rc EQUAL 0)
+  message(FATAL_ERROR "the host configured with CAF ${OTHER} against a projection built "
+                      "with CAF ${BUILT}: expected the package config's error")
+endif()
+# CMake wraps an error's text: compare it as one line.
+string(REGEX REPLACE "[ \t\r\n]+" " " flat "${out}")
+string(REPLACE "." "\\." built_re "${BUILT}")
+string(REPLACE "." "\\." other_re "${OTHER}")
+foreach(re "QsessionProjection [0-9.]+ was built against CAF ${built_re};"
+           "this project uses CAF ${other_re}\\.[0-9]+ ")
+  if(NOT flat MATCHES "${re}")
+    message(FATAL_ERROR "the configure failed, but not with the error naming both CAF "
+                        "versions (no match for '${re}')")
+  endif()
+endforeach()
+message(STATUS "refused as expected: CAF ${BUILT} (the package) against CAF ${OTHER} (the host)")
