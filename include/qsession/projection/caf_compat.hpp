@@ -23,6 +23,7 @@
 #include <istream>
 #include <sstream>
 #include <map>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -242,12 +243,26 @@ auto inspect_object(Inspector& f, T& x, const char* type_name, field_ref<Fs>... 
 #endif
 }
 
+#if CAF_MAJOR_VERSION >= 1
+/// CAF 1.x keeps the meta objects in one process-wide table and grows it
+/// without a lock: two threads registering a new block at once free the
+/// same array twice.  add_type_blocks takes this lock around CAF's calls.
+inline std::mutex& meta_objects_mutex() {
+  static std::mutex mtx;
+  return mtx;
+}
+#endif
+
 /// Registers type-ID blocks: 0.17 adds them to the configuration, 1.x to
 /// the process (once is enough; again is harmless).  Before the system exists.
+/// Safe from several threads at once (each with its own configuration); on
+/// 1.x a block that is new to the process must not be added while another
+/// thread's actor system is running, since growing the table moves it.
 template <class... Blocks>
 void add_type_blocks(caf::actor_system_config& cfg) {
 #if CAF_MAJOR_VERSION >= 1
   (void) cfg;
+  std::lock_guard<std::mutex> guard{meta_objects_mutex()};
   caf::core::init_global_meta_objects();
   (caf::init_global_meta_objects<Blocks>(), ...);
 #else
