@@ -253,12 +253,18 @@ bool kit::run_until_not_ready(caf::timespan limit) {
 }
 
 bool kit::run_until_offset(int32_t p, int64_t next_offset, caf::timespan limit) {
+  // Nothing below offset 0: an empty partition is there at once (the
+  // projection stores no checkpoint for a partition it has read nothing of).
+  if (next_offset <= 0)
+    return true;
   return d_->until(
     [&] {
       auto cp = d_->world->checkpoint(p);
       return cp && *cp >= next_offset;
     },
-    limit, "partition " + std::to_string(p) + " at " + std::to_string(next_offset));
+    limit,
+    "partition " + std::to_string(p) + "'s stored checkpoint at offset "
+      + std::to_string(next_offset) + " or beyond");
 }
 
 bool kit::run_until(const std::function<bool()>& done, caf::timespan limit) {

@@ -83,6 +83,7 @@ private:
     o.partitions = opts.partitions;
     o.redis_shards = opts.redis_shards;
     o.seed = seed == 0 ? 1 : seed;
+    o.configure = opts.host.configure;
     return o;
   }
 

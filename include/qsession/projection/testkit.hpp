@@ -162,7 +162,8 @@ public:
   bool run_until_ready(caf::timespan limit = std::chrono::seconds{60});
   /// Until the gate is closed (!ready()): a pull then answers not_ready.
   bool run_until_not_ready(caf::timespan limit = std::chrono::seconds{60});
-  /// Until partition `p`'s stored checkpoint is at least `next_offset`.
+  /// Until partition `p`'s stored checkpoint is at least `next_offset`
+  /// (0 or less: true at once, an empty partition has no checkpoint).
   bool run_until_offset(int32_t p, int64_t next_offset,
                         caf::timespan limit = std::chrono::seconds{60});
   /// Until `done()` holds (checked between jobs).
@@ -365,6 +366,12 @@ private:
 
 /// The host under test in a schedule: its actors and its invariants.
 struct schedule_host {
+  /// Runs on each schedule's configuration before its system exists, as
+  /// kit_options::configure: register the host's type-ID block here
+  /// (qsp::add_type_blocks<caf::id_block::host>(cfg)).  Required on CAF 1.x
+  /// when start or step sends the host's own types: CAF 1.x cannot even
+  /// destroy a message of a type it has no meta object for.
+  std::function<void(caf::actor_system_config&)> configure;
   /// Runs every time the schedule's kit spawns a projection (the first
   /// start and every restart; kit::on_start): spawn the host's actors in
   /// k.system() in front of k.projection().
