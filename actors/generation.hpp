@@ -17,6 +17,8 @@
 
 namespace qsp {
 
+class gap_auditor;
+
 /// What one generation (one run of the startup sequence) hands from the
 /// verifier to the writer: the single checkpoint connection and the consumer.
 /// Filled by the verifier, used by the writer only after the verifier answered.
@@ -27,6 +29,9 @@ struct generation {
   std::shared_ptr<port_factory> ports;
   std::shared_ptr<checkpoint_store> checkpoints;
   std::shared_ptr<dispatch_log> log;
+  /// With a host's reader: the audit of its gaps (actors/gap_audit.hpp),
+  /// shared by the generation's consumers; null with the product's reader.
+  std::shared_ptr<gap_auditor> audit;
   /// The verifier's broker inspector, then the identity fence's.
   std::shared_ptr<broker_inspector> broker;
   /// The projection's log (every line tagged with topic and namespace).

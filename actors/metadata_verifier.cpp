@@ -1,5 +1,7 @@
 #include "actors/metadata_verifier.hpp"
 
+#include "actors/gap_audit.hpp"
+
 #include "actors/inspection.hpp"
 #include "core/mutants.hpp"
 
@@ -186,6 +188,10 @@ caf::expected<verified_start> verifier_state::run(const projection_settings& cfg
   // range check, every inspection and identity check, the identity fence's
   // too: it takes this inspector over), as it does the Redis calls.
   gen.track(gen.log);
+  if (auto own = gen.ports->audit_log_factory()) {
+    gen.audit = std::make_shared<gap_auditor>(std::move(own), cfg.kafka.timeout);
+    gen.track(gen.audit);
+  }
   auto made = open_handles(gen);
   if (!made)
     return made.error();

@@ -20,9 +20,36 @@ caf::expected<partition_batch> consumer_state::next_batch(const projection_setti
   b.records.records.reserve(arena_hint.records);
   b.records.recipients.reserve(arena_hint.recipients);
   std::string why;
+  caf::error broken; // the reader broke its contract
+  auto contract = [&](std::string what) {
+    return caf::make_error(ec::refused, "reader contract: the dispatch-log reader delivered topic "
+                                          + topic + " partition " + std::to_string(partition)
+                                          + " " + what);
+  };
+  std::vector<std::pair<int64_t, int64_t>> gaps; // offsets it left out
   auto ok = reader->poll_each(
     cfg.max_batch_records,
     [&](const log_record_view& rec) {
+      auto at = "offset " + std::to_string(rec.offset);
+      if (rec.offset <= last_offset) {
+        broken = contract(at + " after offset " + std::to_string(last_offset)
+                          + " (offsets must increase)");
+        return false;
+      }
+      if (rec.leader_epoch < 0) {
+        broken = contract(at + " without a leader epoch");
+        return false;
+      }
+      if (rec.leader_epoch < last_epoch) {
+        broken = contract(at + " with leader epoch " + std::to_string(rec.leader_epoch)
+                          + " after leader epoch " + std::to_string(last_epoch)
+                          + " (epochs never decrease)");
+        return false;
+      }
+      if (audit && rec.offset > last_offset + 1)
+        gaps.emplace_back(last_offset + 1, rec.offset);
+      last_offset = rec.offset;
+      last_epoch = rec.leader_epoch;
       if (rec.offset < sent_end)
         return true; // already projected (redelivery)
       // Decoded straight from the reader's buffer into the batch's arena.
@@ -41,8 +68,17 @@ caf::expected<partition_batch> consumer_state::next_batch(const projection_setti
     passed);
   if (!ok)
     return ok.error();
+  if (broken)
+    return broken;
   if (!b.records.empty())
     arena_hint = {b.records.text.size(), b.records.records.size(), b.records.recipients.size()};
+  if (!poison && audit && passed > last_offset + 1 && passed > b.end_offset)
+    gaps.emplace_back(last_offset + 1, passed);
+  // A host's reader: what it left out is re-read before anything is sent
+  // (the checkpoint must not pass a record it skipped).
+  if (audit && !gaps.empty())
+    if (auto audited = audit->audit(partition, gaps); !audited)
+      return audited.error();
   if (poison)
     return b;
   // Offsets below the EOF position were delivered or are markers/aborted.
@@ -56,13 +92,16 @@ caf::expected<partition_batch> consumer_state::next_batch(const projection_setti
 consumer_actor::behavior_type
 partition_consumer(consumer_actor::stateful_pointer<consumer_state> self, projection_settings cfg,
                    int32_t partition, int64_t start, std::shared_ptr<partition_reader> reader,
-                   std::shared_ptr<const core::decoder> decoder, writer_actor writer) {
+                   std::shared_ptr<const core::decoder> decoder, writer_actor writer,
+                   std::shared_ptr<gap_auditor> audit) {
   auto& st = state_of(self);
   st.reader = std::move(reader);
   st.decoder = std::move(decoder);
   st.topic = cfg.topic;
   st.partition = partition;
   st.sent_end = start;
+  st.last_offset = start - 1;
+  st.audit = std::move(audit);
   if (mutant::active() == mutant::id::skip_after_redelivery && start > 0)
     st.sent_end = start + 1; // planted bug: resumes past the checkpoint
   // Wake-ups: at most one atom::poll and one atom::tick are queued at any

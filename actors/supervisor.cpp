@@ -201,7 +201,13 @@ bool spawn_consumers(supervisor_pointer self, const verified_start& vs, generati
       fail(self, caf::make_error(ec::kafka_read, "no reader for partition " + std::to_string(p)));
       return false;
     }
-    auto c = self->spawn(partition_consumer, st.cfg, p, start, reader, st.decoder, st.writer);
+    // A host's reader: the gap audit waits on the broker, so its consumers
+    // get threads of their own where the projection's I/O does.
+    auto c = gen.audit && st.opts.detached_io
+               ? self->spawn<caf::detached>(partition_consumer, st.cfg, p, start, reader,
+                                            st.decoder, st.writer, gen.audit)
+               : self->spawn(partition_consumer, st.cfg, p, start, reader, st.decoder,
+                             st.writer, gen.audit);
     adopt(self, c);
     st.consumers[p] = c;
   }

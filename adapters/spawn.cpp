@@ -122,7 +122,9 @@ caf::expected<projection_actor> spawn_projection(caf::actor_system& sys,
   ropts.stats = stats;
   ropts.logs = logs;
   ropts.io = std::move(io);
-  auto ports = make_real_ports(settings, std::move(ropts));
+  std::shared_ptr<port_factory> ports = make_real_ports(settings, std::move(ropts));
+  if (opts.reader)
+    ports = std::make_shared<host_reader_ports>(std::move(ports), std::move(opts.reader));
   auto proj = spawn_projection(sys, settings, std::move(ports),
                                std::make_shared<core::json_decoder>(), std::move(stats),
                                std::move(popts));

@@ -330,7 +330,7 @@ int cmd_run(caf::actor_system& sys, const app::node_settings& s, bool catch_up_o
             sigset_t& signals, std::shared_ptr<spdlog::logger> logger,
             const app::progress_options& progress_opts, std::shared_ptr<app::status_line> line) {
   auto stats = std::make_shared<metrics>();
-  auto proj = spawn_projection(sys, s.projection, spawn_options{logger, stats});
+  auto proj = spawn_projection(sys, s.projection, spawn_options{logger, stats, {}});
   if (!proj) {
     std::cerr << "error: " << describe(proj.error()) << '\n';
     return exit_usage;

@@ -20,6 +20,7 @@
 #include "core/copies.hpp"
 #include "core/start_plan.hpp"
 #include "messages/types.hpp"
+#include "qsession/projection/reader.hpp"
 
 namespace qsp {
 
@@ -185,99 +186,6 @@ public:
   virtual void interrupt() {}
 };
 
-/// One event read from a partition.
-struct log_record {
-  int64_t offset = 0;
-  std::string value;
-  int64_t timestamp_ms = -1;
-  /// The partition leader epoch of the record's batch (KIP-320), -1 unknown.
-  int32_t leader_epoch = -1;
-};
-
-/// One event as poll_each() hands it over: `value` is valid during the call only.
-struct log_record_view {
-  int64_t offset = 0;
-  std::string_view value;
-  int64_t timestamp_ms = -1;
-  int32_t leader_epoch = -1;  ///< as log_record::leader_epoch
-};
-
-/// Reads one partition of the dispatch log from an explicit start, never blocking.
-class partition_reader {
-public:
-  virtual ~partition_reader() = default;
-  /// Appends up to `max` records to `out`, never waiting.  Sets `passed` to a
-  /// position the reader has provably passed (partition EOF: every offset below
-  /// was delivered or is a marker/aborted record), or leaves it untouched.
-  virtual caf::expected<void> poll(size_t max, std::vector<log_record>& out,
-                                   int64_t& passed) = 0;
-  /// What poll() reads, handed to `visit` one record at a time, in offset
-  /// order, without copying the value (the real reader passes librdkafka's
-  /// own buffer).  `visit` returns false to stop: the rest of this poll's
-  /// records are dropped, as they would be after an undecodable one.  An
-  /// error means the same as poll()'s; records visited before it were read.
-  /// Default: poll() into a vector.
-  virtual caf::expected<void> poll_each(size_t max,
-                                        const std::function<bool(const log_record_view&)>& visit,
-                                        int64_t& passed) {
-    std::vector<log_record> buf;
-    if (auto ok = poll(max, buf, passed); !ok)
-      return ok;
-    for (auto& r : buf)
-      if (!visit(log_record_view{r.offset, r.value, r.timestamp_ms, r.leader_epoch}))
-        break;
-    return {};
-  }
-  /// Asks for `wake` to be called (from any thread, so it must only post a
-  /// message) when records or events arrive while nothing is queued; the
-  /// reader stops calling it before it is destroyed.  Default: never (the
-  /// caller's idle timer alone finds new records).
-  virtual void on_data(std::function<void()> /*wake*/) {}
-  /// The leader epoch of the reader's position if that position is exactly
-  /// `offset` (the epoch of the last record or transaction marker consumed
-  /// below it), else -1 (unknown).
-  virtual int32_t position_epoch(int64_t /*offset*/) { return -1; }
-};
-
-/// The dispatch-log consumer: static assignment with explicit starts.
-class dispatch_log {
-public:
-  virtual ~dispatch_log() = default;
-  /// Assigns every partition at its start, after checking each start lies in
-  /// the broker's [low, high].  Refuses (ec::refused) otherwise.  Where
-  /// `epochs` holds the stored leader epoch of a start, the position is
-  /// validated against the broker's log (OffsetForLeaderEpoch): a log
-  /// truncated below it is reported by the partition's reader as a refusal.
-  virtual caf::expected<void> start(const std::map<int32_t, int64_t>& starts,
-                                    const std::map<int32_t, int32_t>& epochs = {}) = 0;
-  /// A reader for one assigned partition.
-  virtual std::shared_ptr<partition_reader> reader(int32_t partition) = 0;
-  /// The end of an assigned partition's log (its high watermark) as the
-  /// consumer last learnt it from the broker, without asking the broker;
-  /// -1 while unknown.  Callable from any thread, never blocks.
-  virtual int64_t log_end(int32_t /*partition*/) { return -1; }
-  /// docs/DESIGN.md §12, "Decision — handover": adds partitions to a started
-  /// consumer (librdkafka's incremental assign) with the same checks and
-  /// epoch validation as start(); the partitions already assigned keep
-  /// fetching from where they are.  A partition already assigned is an error.
-  virtual caf::expected<void> add(const std::map<int32_t, int64_t>& starts,
-                                  const std::map<int32_t, int32_t>& epochs = {}) {
-    (void) starts;
-    (void) epochs;
-    return caf::make_error(ec::invalid_config, "this dispatch log cannot add partitions");
-  }
-  /// Stops fetching `partitions` (incremental unassign); the others keep
-  /// fetching.  Their readers must no longer be polled.  Not assigned: ignored.
-  virtual caf::expected<void> remove(const std::vector<int32_t>& partitions) {
-    (void) partitions;
-    return caf::make_error(ec::invalid_config, "this dispatch log cannot remove partitions");
-  }
-  /// Callable from any thread: a call waiting on the broker (start, add)
-  /// returns promptly with an error (ec::shutting_down), and so does every
-  /// later one.
-  virtual void interrupt() {}
-};
-
 /// The namespace's ownership records and published statuses, read and
 /// written on a connection of its own (the cluster heartbeat).
 class cluster_store {
@@ -336,12 +244,53 @@ public:
   virtual caf::expected<std::shared_ptr<dispatch_log>> make_dispatch_log() = 0;
   /// Clustered ownership modes only (docs/DESIGN.md §12).
   virtual caf::expected<std::unique_ptr<cluster_store>> make_cluster_store() = 0;
+  /// The projection's own reader, to audit a host's reader with
+  /// (actors/gap_audit.hpp); empty where make_dispatch_log() is that own
+  /// reader already (nothing to audit).
+  virtual dispatch_log_factory audit_log_factory() { return {}; }
   /// ownership = group only; ports without a broker answer ec::invalid_config.
   virtual caf::expected<std::unique_ptr<group_membership>> make_group_member(group_events events) {
     (void) events;
     return caf::make_error(ec::invalid_config,
                            "projection.ownership: group is not available with these ports");
   }
+};
+
+/// The ports of `inner` with a host's reader (spawn_options::reader) in
+/// place of inner's own, which audits the host's gaps.
+class host_reader_ports final : public port_factory {
+public:
+  host_reader_ports(std::shared_ptr<port_factory> inner, dispatch_log_factory reader)
+    : inner_(std::move(inner)), reader_(std::move(reader)) {}
+  caf::expected<std::unique_ptr<broker_inspector>> make_inspector() override {
+    return inner_->make_inspector();
+  }
+  caf::expected<std::unique_ptr<checkpoint_store>> make_checkpoint_store() override {
+    return inner_->make_checkpoint_store();
+  }
+  caf::expected<std::unique_ptr<session_store>> make_session_store() override {
+    return inner_->make_session_store();
+  }
+  caf::expected<std::shared_ptr<dispatch_log>> make_dispatch_log() override {
+    auto made = reader_();
+    if (made && !*made)
+      return caf::make_error(ec::invalid_config,
+                             "spawn_options.reader: the host's reader factory made no reader");
+    return made;
+  }
+  caf::expected<std::unique_ptr<cluster_store>> make_cluster_store() override {
+    return inner_->make_cluster_store();
+  }
+  caf::expected<std::unique_ptr<group_membership>> make_group_member(group_events events) override {
+    return inner_->make_group_member(std::move(events));
+  }
+  dispatch_log_factory audit_log_factory() override {
+    return [inner = inner_] { return inner->make_dispatch_log(); };
+  }
+
+private:
+  std::shared_ptr<port_factory> inner_;
+  dispatch_log_factory reader_;
 };
 
 } // namespace qsp

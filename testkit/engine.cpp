@@ -93,7 +93,10 @@ void engine::start(projection_options opts) {
     std::lock_guard<std::recursive_mutex> g{world->mtx};
     lso_at_start = world->lsos();
   }
-  auto p = spawn_projection(sys, settings, ports, decoder, stats, opts);
+  std::shared_ptr<port_factory> used = ports;
+  if (host_reader)
+    used = std::make_shared<host_reader_ports>(ports, host_reader);
+  auto p = spawn_projection(sys, settings, used, decoder, stats, opts);
   if (!p) {
     violations.push_back("spawn_projection failed: " + describe(p.error()));
     return;

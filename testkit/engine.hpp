@@ -93,6 +93,9 @@ struct engine {
 
   std::shared_ptr<fake_world> world;
   std::shared_ptr<fake_port_factory> ports;
+  /// A host's own reader (spawn_options::reader) in place of the world's:
+  /// the projection then audits its gaps through the world's reader.
+  dispatch_log_factory host_reader;
   projection_settings settings;
   std::shared_ptr<metrics> stats = std::make_shared<metrics>();
   std::shared_ptr<const core::decoder> decoder = std::make_shared<core::json_decoder>();

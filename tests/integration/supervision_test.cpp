@@ -335,7 +335,7 @@ TEST(Supervision, LibrdkafkaLogsGoToTheHostsLoggerTaggedWithTheProjection) {
   host_config cfg;
   {
     caf::actor_system sys{cfg};
-    auto proj = spawn_projection(sys, ps, spawn_options{logger, nullptr});
+    auto proj = spawn_projection(sys, ps, spawn_options{logger, nullptr, {}});
     ASSERT_TRUE(proj) << describe(proj.error());
     auto text = [&] { return sink->text(); };
     EXPECT_TRUE(eventually([&] { return text().find("librdkafka") != std::string::npos; }, 30s))

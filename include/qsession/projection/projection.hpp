@@ -18,6 +18,7 @@
 #include "caf/typed_actor.hpp"
 
 #include "qsession/projection/metrics.hpp"
+#include "qsession/projection/reader.hpp"
 #include "qsession/projection/settings.hpp"
 #include "qsession/projection/types.hpp"
 
@@ -65,6 +66,12 @@ struct spawn_options {
   std::shared_ptr<spdlog::logger> logger;
   /// Counters and histograms the host may export; null: the projection's own.
   std::shared_ptr<metrics> stats;
+  /// The host's own dispatch-log reader (qsession/projection/reader.hpp):
+  /// a factory called once per generation.  Empty: the product's librdkafka
+  /// reader.  With a host reader the projection checks order and leader
+  /// epochs of every record and re-reads every gap through its own reader
+  /// before the checkpoint passes it (docs/EMBEDDING.md §8).
+  dispatch_log_factory reader;
 };
 
 /// Validates `settings`, builds the Kafka and Redis adapters from them and
