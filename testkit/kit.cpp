@@ -61,6 +61,13 @@ struct kit::impl : engine {
     }
     settings.topic = o.topic;
     settings.ns = o.ns;
+    if (o.reader)
+      host_reader = [w = world, layer = o.reader]() -> caf::expected<std::shared_ptr<dispatch_log>> {
+        auto simulated = make_fake_ports(w)->make_dispatch_log();
+        if (!simulated)
+          return simulated.error();
+        return layer(std::move(*simulated));
+      };
     if (o.redis_shards > 0) {
       // Redis Cluster mode: the namespace is a hash tag (docs/DESIGN.md §15).
       if (settings.ns.empty() || settings.ns.front() != '{')

@@ -179,6 +179,116 @@ TEST(Kit, TransactionsProjectOnlyWhatCommits) {
   EXPECT_TRUE(k.model_equals_redis()) << k.explain();
 }
 
+// -- a host's own reader layer over the simulated broker (kit_options::reader) --
+
+namespace {
+
+/// A host's reader layer, from the public header alone: passes the simulated
+/// reader through, counts what it delivers, and (when `drop_epochs`) loses
+/// the leader epochs, as a layer that copies records into its own type
+/// without them would.
+class counting_layer final : public qsp::dispatch_log {
+public:
+  struct counts {
+    size_t records = 0;
+  };
+
+  counting_layer(std::shared_ptr<qsp::dispatch_log> inner, std::shared_ptr<counts> n,
+                 bool drop_epochs)
+    : inner_(std::move(inner)), n_(std::move(n)), drop_epochs_(drop_epochs) {}
+
+  caf::expected<void> start(const std::map<int32_t, int64_t>& starts,
+                            const std::map<int32_t, int32_t>& epochs) override {
+    return inner_->start(starts, epochs);
+  }
+  std::shared_ptr<qsp::partition_reader> reader(int32_t partition) override {
+    auto r = inner_->reader(partition);
+    return r ? std::make_shared<reader_layer>(std::move(r), n_, drop_epochs_) : nullptr;
+  }
+  caf::expected<void> add(const std::map<int32_t, int64_t>& starts,
+                          const std::map<int32_t, int32_t>& epochs) override {
+    return inner_->add(starts, epochs);
+  }
+  caf::expected<void> remove(const std::vector<int32_t>& partitions) override {
+    return inner_->remove(partitions);
+  }
+  int64_t log_end(int32_t partition) override { return inner_->log_end(partition); }
+  void interrupt() override { inner_->interrupt(); }
+
+private:
+  struct reader_layer final : qsp::partition_reader {
+    reader_layer(std::shared_ptr<qsp::partition_reader> r, std::shared_ptr<counts> n, bool drop)
+      : r_(std::move(r)), n_(std::move(n)), drop_(drop) {}
+    caf::expected<void> poll(size_t max, std::vector<qsp::log_record>& out,
+                             int64_t& passed) override {
+      auto before = out.size();
+      auto ok = r_->poll(max, out, passed);
+      n_->records += out.size() - before;
+      if (drop_)
+        for (auto i = before; i < out.size(); ++i)
+          out[i].leader_epoch = -1;
+      return ok;
+    }
+    void on_data(std::function<void()> wake) override { r_->on_data(std::move(wake)); }
+    int32_t position_epoch(int64_t offset) override { return r_->position_epoch(offset); }
+    std::shared_ptr<qsp::partition_reader> r_;
+    std::shared_ptr<counts> n_;
+    bool drop_;
+  };
+
+  std::shared_ptr<qsp::dispatch_log> inner_;
+  std::shared_ptr<counts> n_;
+  bool drop_epochs_;
+};
+
+kit_options with_layer(std::shared_ptr<counting_layer::counts> n, bool drop_epochs) {
+  kit_options o;
+  o.reader = [n, drop_epochs](std::shared_ptr<qsp::dispatch_log> simulated) {
+    return std::make_shared<counting_layer>(std::move(simulated), n, drop_epochs);
+  };
+  return o;
+}
+
+} // namespace
+
+// A host's layer under a slow broker and transactions: what it delivers is
+// projected, the aborted transaction is not, the gaps are audited, and the
+// projection is ready only once caught up.
+TEST(KitReader, AHostLayerUnderASlowBrokerLosesNothing) {
+  auto n = std::make_shared<counting_layer::counts>();
+  kit k{with_layer(n, false)};
+  fill(k, 3);
+  auto t = k.begin_transaction(2);
+  k.produce_in(2, t, "dropped", 4001, {"frank"});
+  k.abort(2, t);
+  k.produce(2, "after", 4002, {"frank"});
+  k.broker_slow(500ms);
+  k.start();
+  k.advance(200ms);
+  EXPECT_FALSE(k.ready()) << k.explain();
+  ASSERT_TRUE(k.run_until_ready()) << k.explain();
+  EXPECT_GE(n->records, 3u * 3u + 1u);
+  EXPECT_EQ(k.score("frank", "after"), 4002);
+  EXPECT_FALSE(k.score("frank", "dropped"));
+  EXPECT_TRUE(k.model_equals_redis()) << k.explain();
+}
+
+// A layer that loses the leader epochs is caught, never trusted: refused,
+// naming the reader's contract, and never ready.
+TEST(KitReader, ALayerThatLosesTheEpochsIsRefused) {
+  auto n = std::make_shared<counting_layer::counts>();
+  kit k{with_layer(n, true)};
+  fill(k, 3);
+  k.start();
+  ASSERT_TRUE(k.run_until_state("refused")) << k.explain();
+  auto st = k.status();
+  ASSERT_TRUE(st);
+  EXPECT_NE(st->last_error.find("without a leader epoch"), std::string::npos) << st->last_error;
+  EXPECT_FALSE(k.ready());
+  for (auto& s : k.statuses())
+    EXPECT_NE(s.state, "ready");
+}
+
 TEST(Kit, ARecreatedTopicIsRefused) {
   kit k;
   fill(k, 5);

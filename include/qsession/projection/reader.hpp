@@ -11,9 +11,10 @@
 //
 // What the projection relies on, and how it checks it (docs/EMBEDDING.md §8
 // has the table):
-// - range: start() and add() refuse a start outside [low, high]: checked by
-//   the conformance suite (qsp::testkit::reader_conformance); the projection
-//   computes the starts itself and never asks for one outside what it saw.
+// - range: start() and add() refuse a start outside [low, high].  Rests on
+//   the reader (test it against a real broker); the projection computes the
+//   starts itself from its checkpoints and the watermarks it reads, and a
+//   refusal is final.
 // - order: offsets strictly increase per partition.  Checked on every record:
 //   an offset at or below the previous one refuses the projection.
 // - no skipped offset: every offset between two delivered records (or below
@@ -25,8 +26,8 @@
 // - truncation (KIP-320): start() and add() validate a start that comes with
 //   a stored epoch against the broker (OffsetForLeaderEpoch, e.g. librdkafka's
 //   rd_kafka_seek_partitions with rd_kafka_topic_partition_set_leader_epoch)
-//   and report a truncated log as ec::refused.  Rests on the reader: checked
-//   by the conformance suite, not at run time.
+//   and report a truncated log as ec::refused.  Rests on the reader alone:
+//   nothing in the delivered records tells a rewritten log from the original.
 #pragma once
 
 #include <cstdint>

@@ -41,6 +41,7 @@
 #include "caf/timespan.hpp"
 
 #include "qsession/projection/projection.hpp"
+#include "qsession/projection/reader.hpp"
 #include "qsession/projection/settings.hpp"
 #include "qsession/projection/types.hpp"
 
@@ -65,6 +66,16 @@ struct kit_options {
   std::function<void(caf::actor_system_config&)> configure;
   /// Print the projection's log to stderr (also: QSP_TEST_LOG=1).
   bool log = false;
+  /// A host's own reader layer (qsession/projection/reader.hpp) over the
+  /// simulated broker: called once per generation with the kit's simulated
+  /// reader; what it returns is the projection's reader, as
+  /// spawn_options::reader would make it.  So a host tests what its layer
+  /// does with the kit's broker faults (slow, unavailable, erroring) under
+  /// simulated time, checked as a host reader is (order, epochs, gaps
+  /// audited through the simulated broker).  A reader that talks to Kafka
+  /// itself is tested by the conformance suite against a real broker
+  /// (docs/EMBEDDING.md §8).  Empty: the simulated reader itself.
+  std::function<std::shared_ptr<dispatch_log>(std::shared_ptr<dispatch_log> simulated)> reader;
 };
 
 class kit;
