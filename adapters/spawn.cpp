@@ -123,8 +123,11 @@ caf::expected<projection_actor> spawn_projection(caf::actor_system& sys,
   ropts.logs = logs;
   ropts.io = std::move(io);
   std::shared_ptr<port_factory> ports = make_real_ports(settings, std::move(ropts));
-  if (opts.reader)
+  if (opts.reader) {
+    logs->info("kafka: reading the dispatch log through the host's reader "
+               "(spawn_options.reader); its gaps are re-read through the projection's own");
     ports = std::make_shared<host_reader_ports>(std::move(ports), std::move(opts.reader));
+  }
   auto proj = spawn_projection(sys, settings, std::move(ports),
                                std::make_shared<core::json_decoder>(), std::move(stats),
                                std::move(popts));

@@ -28,6 +28,7 @@
 #include "app/audit.hpp"
 #include "app/http.hpp"
 #include "app/node_config.hpp"
+#include "app/node_main.hpp"
 #include "app/progress.hpp"
 #include "core/dispatch.hpp"
 #include "redis/stores.hpp"
@@ -328,9 +329,13 @@ int cmd_inspect(const app::node_settings& s, bool json) {
 
 int cmd_run(caf::actor_system& sys, const app::node_settings& s, bool catch_up_only,
             sigset_t& signals, std::shared_ptr<spdlog::logger> logger,
-            const app::progress_options& progress_opts, std::shared_ptr<app::status_line> line) {
+            const app::progress_options& progress_opts, std::shared_ptr<app::status_line> line,
+            const app::node_hooks& hooks) {
   auto stats = std::make_shared<metrics>();
-  auto proj = spawn_projection(sys, s.projection, spawn_options{logger, stats, {}});
+  spawn_options opts{logger, stats, {}};
+  if (hooks.reader)
+    opts.reader = hooks.reader(s.projection);
+  auto proj = spawn_projection(sys, s.projection, std::move(opts));
   if (!proj) {
     std::cerr << "error: " << describe(proj.error()) << '\n';
     return exit_usage;
@@ -418,7 +423,7 @@ int cmd_run(caf::actor_system& sys, const app::node_settings& s, bool catch_up_o
 
 } // namespace
 
-int main(int argc, char** argv) {
+int qsp::app::node_main(int argc, char** argv, const node_hooks& hooks) {
   std::vector<std::string> commands{"run", "catch-up", "verify", "inspect", "audit", "cluster"};
   std::string cmd = argc > 1 ? argv[1] : "";
   app::node_config cfg;
@@ -558,5 +563,6 @@ int main(int argc, char** argv) {
   if (cmd == "audit")
     return app::cmd_audit(*settings, progress, app::bar_enabled(progress.mode) ? line : nullptr);
   caf::actor_system sys{cfg};
-  return cmd_run(sys, *settings, cmd == "catch-up", signals, std::move(logger), progress, line);
+  return cmd_run(sys, *settings, cmd == "catch-up", signals, std::move(logger), progress, line,
+                 hooks);
 }

@@ -14,6 +14,11 @@ if(TARGET qsession_projection_testkit)
   install(TARGETS qsession_projection_testkit EXPORT QsessionProjectionTargets
           ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 endif()
+# The reader conformance suite (docs/EMBEDDING.md §8), with the kit.
+if(TARGET qsession_projection_reader_conformance)
+  install(TARGETS qsession_projection_reader_conformance EXPORT QsessionProjectionTargets
+          ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+endif()
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.hpp")
 install(FILES ${PROJECT_BINARY_DIR}/include/qsession/projection/config.hpp

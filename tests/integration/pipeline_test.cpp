@@ -107,6 +107,10 @@ TEST_F(pipeline, CatchUpOnABacklogEndsAtH0WithRedisEqualToTheModel) {
   for (int p = 0; p < 3; ++p)
     EXPECT_EQ(checkpoint(p), 700);
   EXPECT_EQ(test::diff_with_redis(full_model(), convs), std::vector<std::string>{});
+  // Run by the example reader's node (QSP_NODE_BIN, example_reader.*): the
+  // records came through the host's reader, not the product's own.
+  bool host_reader = std::getenv("QSP_NODE_BIN") != nullptr;
+  EXPECT_EQ(r.err.find("through the host's reader") != std::string::npos, host_reader) << r.err;
 }
 
 TEST_F(pipeline, Gate1SigkillMidCatchUpThenRestartLosesNothing) {

@@ -603,8 +603,16 @@ void kill_live_children() {
 
 } // namespace
 
+std::string node_binary() {
+  // QSP_NODE_BIN: another build of the node's command line (the example
+  // reader's node runs the pipeline and fail-closed tests so).
+  if (auto* bin = std::getenv("QSP_NODE_BIN"); bin != nullptr && *bin != '\0')
+    return bin;
+  return QSP_BIN_DIR "/qsession-projection";
+}
+
 int spawn_cli(const std::vector<std::string>& args, const std::string& log_path) {
-  return spawn_program(QSP_BIN_DIR "/qsession-projection", args, log_path);
+  return spawn_program(node_binary(), args, log_path);
 }
 
 int spawn_program(const std::string& bin, const std::vector<std::string>& args,
@@ -689,7 +697,7 @@ int node_process::stop() {
 }
 
 cli_result run_cli(const std::vector<std::string>& args) {
-  return run_program(QSP_BIN_DIR "/qsession-projection", args);
+  return run_program(node_binary(), args);
 }
 
 cli_result run_program(const std::string& bin, const std::vector<std::string>& args) {

@@ -184,7 +184,10 @@ struct cli_result {
   std::string err;
 };
 
-/// Runs build/bin/qsession-projection with `args` and waits for it.
+/// The node binary the CLI helpers run: $QSP_NODE_BIN, else
+/// build/bin/qsession-projection.
+std::string node_binary();
+/// Runs the node binary (node_binary()) with `args` and waits for it.
 cli_result run_cli(const std::vector<std::string>& args);
 /// Runs any program with `args` and waits for it.
 cli_result run_program(const std::string& bin, const std::vector<std::string>& args);
