@@ -301,8 +301,8 @@ public:
       } else if (m->err) {
         if (!failure) {
           if (is_truncation(m))
-            failure = caf::make_error(ec::refused, c_->where(p_) + ": the log was truncated "
-                                                     "below the position: "
+            failure = caf::make_error(ec::refused, c_->where(p_) + ": field leader_epoch: the "
+                                                     "log was truncated below the position: "
                                                      + rd_kafka_message_errstr(m));
           else if (is_auth(m->err))
             failure = caf::make_error(ec::invalid_config,
