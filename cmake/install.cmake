@@ -32,6 +32,11 @@ if(QSP_INSTALL_DEPS AND EXISTS "${QSP_DEPS_PREFIX}/lib")
   install(DIRECTORY ${QSP_DEPS_PREFIX}/lib/ DESTINATION ${CMAKE_INSTALL_LIBDIR}
           PATTERN "pkgconfig" EXCLUDE)
   install(DIRECTORY ${QSP_DEPS_PREFIX}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  # Whole: the package config looks in its own prefix only (no path of the
+  # build machine in a package that may be moved).
+  set(QSP_DEPS_HINT "")
+else()
+  set(QSP_DEPS_HINT "${QSP_DEPS_PREFIX}")
 endif()
 
 # The package config records the CAF the library was built against

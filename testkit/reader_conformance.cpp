@@ -16,11 +16,12 @@
 
 namespace qsp::conformance {
 
+std::ostream& operator<<(std::ostream& out, outcome x) {
+  return out << (x == outcome::passed ? "passed" : x == outcome::skipped ? "skipped" : "FAILED");
+}
+
 std::ostream& operator<<(std::ostream& out, const check_result& x) {
-  const char* what = x.result == outcome::passed ? "passed"
-                     : x.result == outcome::skipped ? "skipped"
-                                                    : "FAILED";
-  return out << "[" << what << "] " << x.name << ": " << x.detail;
+  return out << "[" << x.result << "] " << x.name << ": " << x.detail;
 }
 
 namespace {
@@ -111,6 +112,7 @@ public:
       {"markers_and_aborted_skipped", &suite::committed_only},
       {"open_transaction_pins_high", &suite::open_transaction},
       {"epochs_after_leader_change", &suite::epochs},
+      {"truncation_below_a_stored_epoch_refused", &suite::truncation},
       {"add_and_remove_while_running", &suite::add_remove},
       {"errors_named", &suite::errors_named},
       {"prompt_shutdown", &suite::prompt_shutdown},
@@ -331,6 +333,57 @@ private:
              + std::to_string(d.records.back().leader_epoch));
     detail_ = "epoch " + std::to_string(d.records.front().leader_epoch) + " -> "
               + std::to_string(d.records.back().leader_epoch) + " across the leader change";
+  }
+
+  /// KIP-320 on one broker, as a truncation is stated: records under epoch
+  /// e0 end at offset 3; a start at 5 that claims epoch e0 for its position
+  /// is not backed by the log (the broker's end offset for e0 is 3), so the
+  /// reader must refuse it (from start() or from the first poll); the same
+  /// start under the true epoch is accepted.
+  void truncation(const std::string& topic) {
+    if (!b_.change_leader)
+      throw skipped{"needs broker::change_leader (a new leader epoch)"};
+    create(topic, 1);
+    produce(topic, 0, 3, "e0-");
+    if (auto err = b_.change_leader(topic))
+      throw failed{"changing the leader: " + text_of(err)};
+    produce(topic, 0, 4, "e1-");
+    // The epochs, as the reader reports them.
+    auto probe = reader_of(topic);
+    expect(static_cast<bool>(probe->start({{0, 0}}, {})), "start at 0");
+    auto d = read_until(*probe->reader(0), 7, b_.timeout);
+    expect(d.records.size() == 7, "delivered " + offsets_text(d.records) + ", wanted 0..6");
+    auto e0 = d.records.front().leader_epoch;
+    auto e1 = d.records.back().leader_epoch;
+    expect(e1 > e0, "no new epoch after the leader change");
+    // Claimed under e0 at 5: the log does not back it.
+    auto log = reader_of(topic);
+    auto started = log->start({{0, 5}}, {{0, e0}});
+    caf::error refusal;
+    if (!started) {
+      refusal = started.error();
+    } else {
+      auto r = log->reader(0);
+      auto got = read_until(*r, 7, b_.timeout);
+      expect(static_cast<bool>(got.error),
+             "a start at 5 under epoch " + std::to_string(e0) + ", which ended at 3, was read: "
+               + offsets_text(got.records));
+      expect(got.records.empty(), "records delivered before the truncation was reported: "
+                                    + offsets_text(got.records));
+      refusal = got.error;
+    }
+    expect(code_of(refusal) == ec::refused,
+           "the truncation is not ec::refused but " + text_of(refusal));
+    // Under the true epoch the same start is fine.
+    auto good = reader_of(topic);
+    auto ok = good->start({{0, 5}}, {{0, e1}});
+    expect(static_cast<bool>(ok), "a start at 5 under its true epoch " + std::to_string(e1)
+                                    + " refused: " + (ok ? "" : text_of(ok.error())));
+    auto rest = read_until(*good->reader(0), 7, b_.timeout);
+    expect(!rest.error && rest.records.size() == 2 && rest.records.front().offset == 5,
+           "from 5 under the true epoch delivered " + offsets_text(rest.records) + " "
+             + text_of(rest.error));
+    detail_ = text_of(refusal);
   }
 
   void add_remove(const std::string& topic) {

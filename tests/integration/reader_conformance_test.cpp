@@ -38,7 +38,7 @@ conformance::broker real_broker() {
 
 /// Every check passed (none skipped: the broker restart changes the leader).
 void expect_conformant(const std::vector<conformance::check_result>& results) {
-  ASSERT_EQ(results.size(), 9u);
+  ASSERT_EQ(results.size(), 10u);
   for (auto& r : results) {
     EXPECT_EQ(r.result, conformance::outcome::passed) << r;
     std::cout << r << '\n';
@@ -77,4 +77,36 @@ TEST(ReaderConformance, TheExampleReaderConforms) {
     },
     real_broker());
   expect_conformant(results);
+}
+
+// The suite catches a reader that drops the stored epochs (it would read a
+// truncated log on): the truncation check fails, naming what it read.
+TEST(ReaderConformance, AReaderThatIgnoresTheStoredEpochsFailsTheTruncationCheck) {
+  struct epoch_dropping final : dispatch_log {
+    std::shared_ptr<dispatch_log> inner;
+    caf::expected<void> start(const std::map<int32_t, int64_t>& starts,
+                              const std::map<int32_t, int32_t>&) override {
+      return inner->start(starts, {});
+    }
+    std::shared_ptr<partition_reader> reader(int32_t p) override { return inner->reader(p); }
+    void interrupt() override { inner->interrupt(); }
+  };
+  auto results = conformance::run(
+    [](const std::string& topic,
+       const std::string& servers) -> caf::expected<std::shared_ptr<dispatch_log>> {
+      example::reader_config cfg;
+      cfg.bootstrap_servers = servers;
+      cfg.topic = topic;
+      cfg.timeout = std::chrono::milliseconds(5000);
+      auto r = example::make_reader(cfg);
+      if (!r)
+        return r.error();
+      auto wrong = std::make_shared<epoch_dropping>();
+      wrong->inner = *r;
+      return std::shared_ptr<dispatch_log>{wrong};
+    },
+    real_broker(), "truncation");
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results[0].result, conformance::outcome::failed) << results[0];
+  EXPECT_NE(results[0].detail.find("was read"), std::string::npos) << results[0];
 }

@@ -114,13 +114,18 @@ public:
 ///   below a start's stored epoch, a lost position;
 /// - ec::invalid_config (fatal): authentication, authorization, a bad setting;
 /// - ec::kafka_unavailable or ec::kafka_read (transient: the projection goes
-///   dirty and restarts from its checkpoints with a fresh reader);
+///   dirty and restarts from its checkpoints with a fresh reader): no broker
+///   reachable, a topic that does not exist (yet), a leader moving.  A call
+///   waits for the broker at most a bound of the reader's own (the product's
+///   reader: kafka.timeout-ms, 10 s by default), in slices interrupt() ends;
 /// - ec::shutting_down: after interrupt().
 class dispatch_log {
 public:
   virtual ~dispatch_log() = default;
-  /// Assigns every partition of `starts` at its start, after checking each
-  /// start lies in the broker's [low, high] (high: the last stable offset).
+  /// The assignment becomes exactly `starts` (what was assigned before, by
+  /// an earlier start() or add(), is replaced: the projection's audit calls
+  /// start() again and again on one reader), after checking each start lies
+  /// in the broker's [low, high] (high: the last stable offset).
   /// Refuses (ec::refused) otherwise.  Where `epochs` holds the stored leader
   /// epoch of a start, the position is validated against the broker's log
   /// (KIP-320): a log truncated below it is ec::refused, from start() or
