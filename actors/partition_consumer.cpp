@@ -30,6 +30,10 @@ caf::expected<partition_batch> consumer_state::next_batch(const projection_setti
   auto ok = reader->poll_each(
     cfg.max_batch_records,
     [&](const log_record_view& rec) {
+      // Stopped: a reader that polls on after a `false` gets nothing in
+      // (the batch must end exactly before a poison record).
+      if (poison || broken)
+        return false;
       auto at = "offset " + std::to_string(rec.offset);
       if (rec.offset <= last_offset) {
         broken = contract(at + " after offset " + std::to_string(last_offset)
@@ -83,15 +87,21 @@ caf::expected<partition_batch> consumer_state::next_batch(const projection_setti
     return b;
   // Offsets below the EOF position were delivered or are markers/aborted.
   if (passed > b.end_offset) {
+    auto epoch = reader->position_epoch(passed);
+    if (epoch >= 0 && epoch < last_epoch)
+      return contract("position " + std::to_string(passed) + " with leader epoch "
+                      + std::to_string(epoch) + " after leader epoch "
+                      + std::to_string(last_epoch) + " (epochs never decrease)");
     b.end_offset = passed;
-    b.end_epoch = reader->position_epoch(passed);
+    b.end_epoch = epoch;
   }
   return b;
 }
 
 consumer_actor::behavior_type
 partition_consumer(consumer_actor::stateful_pointer<consumer_state> self, projection_settings cfg,
-                   int32_t partition, int64_t start, std::shared_ptr<partition_reader> reader,
+                   int32_t partition, int64_t start, int32_t start_epoch,
+                   std::shared_ptr<partition_reader> reader,
                    std::shared_ptr<const core::decoder> decoder, writer_actor writer,
                    std::shared_ptr<gap_auditor> audit) {
   auto& st = state_of(self);
@@ -101,6 +111,9 @@ partition_consumer(consumer_actor::stateful_pointer<consumer_state> self, projec
   st.partition = partition;
   st.sent_end = start;
   st.last_offset = start - 1;
+  // The checkpoint's epoch is the epoch below `start`: no record from
+  // `start` on may carry a lower one, in this generation or any later.
+  st.last_epoch = start_epoch;
   st.audit = std::move(audit);
   if (mutant::active() == mutant::id::skip_after_redelivery && start > 0)
     st.sent_end = start + 1; // planted bug: resumes past the checkpoint

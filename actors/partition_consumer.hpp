@@ -28,7 +28,8 @@ struct consumer_state {
   bool poll_queued = false;  ///< an atom::poll to self is queued
   bool tick_queued = false;  ///< the idle timer (atom::tick) is running
   /// The reader's contract (qsession/projection/reader.hpp), checked on
-  /// every record: the last offset and leader epoch delivered.
+  /// every record: the last offset and leader epoch delivered (at first:
+  /// start - 1 and the checkpoint's stored epoch, -1 if none).
   int64_t last_offset = -1;
   int32_t last_epoch = -1;
   /// With a host's reader: the audit of the offsets it left out.
@@ -46,7 +47,8 @@ struct consumer_state {
 
 consumer_actor::behavior_type
 partition_consumer(consumer_actor::stateful_pointer<consumer_state> self, projection_settings cfg,
-                   int32_t partition, int64_t start, std::shared_ptr<partition_reader> reader,
+                   int32_t partition, int64_t start, int32_t start_epoch,
+                   std::shared_ptr<partition_reader> reader,
                    std::shared_ptr<const core::decoder> decoder, writer_actor writer,
                    std::shared_ptr<gap_auditor> audit = nullptr);
 

@@ -201,12 +201,18 @@ bool spawn_consumers(supervisor_pointer self, const verified_start& vs, generati
       fail(self, caf::make_error(ec::kafka_read, "no reader for partition " + std::to_string(p)));
       return false;
     }
+    // The stored epoch of a start at its checkpoint: the floor for the
+    // epochs the reader delivers from there.
+    int32_t epoch = -1;
+    if (auto cp = vs.checkpoints.find(p); cp != vs.checkpoints.end() && cp->second == start)
+      if (auto e = vs.epochs.find(p); e != vs.epochs.end())
+        epoch = e->second;
     // A host's reader: the gap audit waits on the broker, so its consumers
     // get threads of their own where the projection's I/O does.
     auto c = gen.audit && st.opts.detached_io
-               ? self->spawn<caf::detached>(partition_consumer, st.cfg, p, start, reader,
+               ? self->spawn<caf::detached>(partition_consumer, st.cfg, p, start, epoch, reader,
                                             st.decoder, st.writer, gen.audit)
-               : self->spawn(partition_consumer, st.cfg, p, start, reader, st.decoder,
+               : self->spawn(partition_consumer, st.cfg, p, start, epoch, reader, st.decoder,
                              st.writer, gen.audit);
     adopt(self, c);
     st.consumers[p] = c;

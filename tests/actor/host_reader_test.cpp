@@ -2,7 +2,8 @@
 // qsession/projection/reader.hpp): a correct one projects as the product's
 // own does, transaction gaps audited; a deliberately wrong one is caught,
 // never trusted: one that skips an offset, one that reorders, one that
-// drops the leader epoch, one that claims to have passed records it never
+// drops the leader epoch or lowers it (below the stored checkpoint's too), one
+// that polls on after being told to stop, one that claims to have passed records it never
 // delivered.  Each is refused, the checkpoint never passes the record it
 // got wrong, and the gate never opens on its word.
 #include "tests/actor/fixture.hpp"
@@ -21,6 +22,9 @@ struct misbehaviour {
   int64_t swap_at = -1;      ///< delivers swap_at + 1 before swap_at
   int64_t no_epoch_from = -1; ///< records from here on carry epoch -1
   bool claim_end = false;    ///< sets `passed` to the log's end after a skip
+  int64_t low_epoch_from = -1; ///< records from here on carry epoch 0
+  bool low_position_epoch = false; ///< position_epoch answers 0 where it knows one
+  bool ignore_stop = false;  ///< poll_each visits on after the visitor says stop
 };
 
 /// A host's reader over the world's reader, wrong as told.
@@ -44,6 +48,8 @@ public:
       }
       if (mine && bad_->no_epoch_from >= 0 && r.offset >= bad_->no_epoch_from)
         r.leader_epoch = -1;
+      if (mine && bad_->low_epoch_from >= 0 && r.offset >= bad_->low_epoch_from)
+        r.leader_epoch = 0;
       out.push_back(std::move(r));
     }
     if (mine && bad_->swap_at >= 0)
@@ -55,8 +61,22 @@ public:
     return {};
   }
 
+  caf::expected<void> poll_each(size_t max, const std::function<bool(const log_record_view&)>& visit,
+                                int64_t& passed) override {
+    if (partition_ != bad_->partition || !bad_->ignore_stop)
+      return partition_reader::poll_each(max, visit, passed);
+    std::vector<log_record> got;
+    if (auto ok = poll(max, got, passed); !ok)
+      return ok;
+    for (auto& r : got)
+      visit(log_record_view{r.offset, r.value, r.timestamp_ms, r.leader_epoch}); // "false" ignored
+    return {};
+  }
   void on_data(std::function<void()> wake) override { inner_->on_data(std::move(wake)); }
-  int32_t position_epoch(int64_t offset) override { return inner_->position_epoch(offset); }
+  int32_t position_epoch(int64_t offset) override {
+    auto e = inner_->position_epoch(offset);
+    return partition_ == bad_->partition && bad_->low_position_epoch && e > 0 ? 0 : e;
+  }
 
 private:
   std::shared_ptr<partition_reader> inner_;
@@ -225,4 +245,71 @@ TEST_F(HostReader, ASkipAfterReadinessIsRefusedThere) {
   auto gate = pull("u1", 10);
   ASSERT_TRUE(!gate);
   EXPECT_TRUE(has_code(gate.error(), ec::not_ready));
+}
+
+// A reader that polls on after the projection said stop (at an undecodable
+// record): what it hands over after that record is not taken, and the
+// partition stops exactly before the record, as with a reader that stops.
+TEST_F(HostReader, OneThatIgnoresTheStopAtAnUndecodableRecordStillStopsBeforeIt) {
+  misbehaviour bad;
+  bad.partition = 1;
+  bad.ignore_stop = true;
+  use_host_reader(bad);
+  fill(1, 7);
+  auto poison = world->append_raw(1, "{\"conversation_id\":\"x\",\"created_at\":-5}");
+  fill(1, 5);
+  ASSERT_EQ(poison, 7);
+  settings.max_batch_records = 100; // the poison record and what follows in one poll
+  start();
+  ASSERT_TRUE(drive_to("refused")) << last_error();
+  EXPECT_TRUE(contains(last_error(), "partition 1 offset 7")) << last_error();
+  EXPECT_EQ(failures_of("undecodable"), 1u);
+  EXPECT_TRUE(world->checkpoint(1) == std::optional<int64_t>{7});
+  for (int64_t off = 8; off < 13; ++off)
+    EXPECT_FALSE(world->score("u" + std::to_string(off % 5), "p1-c" + std::to_string(off)));
+  EXPECT_FALSE(saw("ready"));
+}
+
+// Epochs never decrease across generations either: after a restart the
+// first record is held to the epoch stored with the checkpoint it resumes
+// from, not only to the records of the same consumer.
+TEST_F(HostReader, OneThatDeliversAnEpochBelowTheStoredCheckpointsAfterARestartIsRefused) {
+  misbehaviour bad;
+  bad.partition = 0;
+  bad.low_epoch_from = 8; // offsets 8.. claim epoch 0; the log has them in epoch 3
+  use_host_reader(bad);
+  fill(0, 5);
+  world->partitions[0].leader_epoch = 3; // a clean leader change
+  fill(0, 3);
+  start();
+  ASSERT_TRUE(drive_to("ready")) << last_error();
+  ASSERT_TRUE(world->checkpoint(0) == std::optional<int64_t>{8});
+  world->poll_fault.arm(1); // a read error: dirty, a new generation from 8
+  ASSERT_TRUE(drive_to("dirty")) << last_error();
+  fill(0, 2);
+  ASSERT_TRUE(drive_to("refused")) << last_error();
+  EXPECT_EQ(made, 2u);
+  EXPECT_TRUE(contains(last_error(), "offset 8 with leader epoch 0 after leader epoch 3"))
+    << last_error();
+  EXPECT_TRUE(world->checkpoint(0) == std::optional<int64_t>{8});
+  auto gate = pull("u1", 10);
+  ASSERT_TRUE(!gate);
+  EXPECT_TRUE(has_code(gate.error(), ec::not_ready));
+}
+
+// The epoch a reader gives for a position it passed (past transaction
+// markers) is held to the same rule as a record's.
+TEST_F(HostReader, OneThatGivesAPassedPositionALowerEpochIsRefused) {
+  misbehaviour bad;
+  bad.partition = 0;
+  bad.low_position_epoch = true;
+  use_host_reader(bad);
+  world->partitions[0].leader_epoch = 2;
+  fill(0, 3);
+  auto t = world->begin_txn(0);
+  world->append_txn(0, t, core::dispatch{"kept", 7000, {"u1"}});
+  world->commit_txn(0, t); // the commit marker: `passed` ends past it
+  start();
+  ASSERT_NO_FATAL_FAILURE(
+    refused_before(0, 4, "position 5 with leader epoch 0 after leader epoch 2"));
 }

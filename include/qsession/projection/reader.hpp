@@ -123,8 +123,8 @@ class dispatch_log {
 public:
   virtual ~dispatch_log() = default;
   /// The assignment becomes exactly `starts` (what was assigned before, by
-  /// an earlier start() or add(), is replaced: the projection's audit calls
-  /// start() again and again on one reader), after checking each start lies
+  /// an earlier start() or add(), is replaced; the projection calls it once
+  /// per reader, but a reader used elsewhere may be started again), after checking each start lies
   /// in the broker's [low, high] (high: the last stable offset).
   /// Refuses (ec::refused) otherwise.  Where `epochs` holds the stored leader
   /// epoch of a start, the position is validated against the broker's log
