@@ -105,6 +105,15 @@ verified_start plan_for(const inspection& r, generation& gen,
     vs.owner_epochs = gen.claims();
     keep(vs.owner_epochs);
   }
+  // Redis Cluster mode: a start below the stored checkpoint is a replay a
+  // primary's copy chose; the log says which primary and why, so that an
+  // operator (and a test) can tell it from a checkpoint that moved back.
+  if (gen.logs)
+    for (auto& [p, start] : vs.starts)
+      if (auto cp = vs.checkpoints.find(p); cp != vs.checkpoints.end() && start < cp->second)
+        if (auto c = r.copies.replay_cause.find(p); c != r.copies.replay_cause.end())
+          gen.logs->info("partition {}: replays from {}, below its checkpoint {}: {}", p, start,
+                         cp->second, c->second);
   // docs/DESIGN.md §14: a checkpoint without a known epoch (older data, or a
   // position whose epoch was unknown) is accepted with a warning; the next
   // checkpoint write stores one.

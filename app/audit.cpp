@@ -328,12 +328,30 @@ int cmd_audit(const node_settings& s, const progress_options& progress,
   if (gone)
     return exit_refused;
 
-  // 2. Replay [0, next_offset) of every partition.
+  // 2. Replay [0, next_offset) of every partition, next_offset being the
+  // stored checkpoint.  Not the plan's start: in Redis Cluster mode a start
+  // is the lowest of the checkpoint and every primary's copy, and a copy
+  // behind the checkpoint (a failover that lost writes, or an older copy key
+  // a slot move brought back) says where the next start replays from, not
+  // what was projected.  Auditing only up to that start counted everything
+  // projected above it as unknown and never saw what the failover lost
+  // (issue 41: a caught-up node stopped before its replay rewrote the copies).
   std::vector<partition_progress> parts;
+  std::vector<std::string> replays;  ///< starts below a checkpoint, with their cause
   for (auto& pp : insp->plan.partitions) {
     partition_progress p;
     p.partition = pp.partition;
-    p.target = pp.checkpoint.value_or(0);
+    auto stored = insp->validated.next_offsets.find(pp.partition);
+    p.target = stored != insp->validated.next_offsets.end() ? stored->second
+                                                            : pp.checkpoint.value_or(0);
+    if (pp.checkpoint && *pp.checkpoint < p.target) {
+      auto cause = insp->copies.replay_cause.find(pp.partition);
+      replays.push_back("partition " + std::to_string(pp.partition) + ": the next start replays from "
+                        + std::to_string(*pp.checkpoint) + ", below its checkpoint "
+                        + std::to_string(p.target)
+                        + (cause != insp->copies.replay_cause.end() ? " (" + cause->second + ")"
+                                                                    : std::string{}));
+    }
     parts.push_back(std::move(p));
   }
   replay_model m;
@@ -362,8 +380,9 @@ int cmd_audit(const node_settings& s, const progress_options& progress,
     auto& p = parts[i];
     auto& pp = insp->plan.partitions[i];
     records += p.records;
+    bool stored = insp->validated.next_offsets.count(p.partition) != 0;
     std::cout << "  partition " << p.partition << ": offsets [0, " << p.target << ") "
-              << p.records << " records" << (pp.checkpoint ? "" : " (no checkpoint)") << '\n';
+              << p.records << " records" << (stored ? "" : " (no checkpoint)") << '\n';
     if (p.target < pp.high)
       behind.push_back("partition " + std::to_string(p.partition) + " next_offset "
                        + std::to_string(p.target) + " < high " + std::to_string(pp.high));
@@ -402,6 +421,9 @@ int cmd_audit(const node_settings& s, const progress_options& progress,
       std::cout << (i ? "; " : "") << behind[i];
     std::cout << "); audit a caught-up, stopped node for a conclusive result\n";
   }
+  for (auto& r : replays)
+    std::cout << "note: " << r << "; entries the log below the checkpoint holds and that primary "
+                 "lost count as missing until that start\n";
   std::cout << "note: only the sets of users the replayed log addressed are checked\n";
   bool differs = f.missing > 0 || f.stale > 0 || f.unknown > 0;
   std::cout << "verdict: " << (differs ? "differences found" : "consistent") << '\n';

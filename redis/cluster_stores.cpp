@@ -191,7 +191,10 @@ caf::expected<core::redis_cluster_state> read_cluster_state(cluster_router& rout
     return facts.error();
   st.uncovered = format_ranges(router.map().uncovered());
   const auto& ns = router.config().ns;
-  std::vector<size_t> lost; // primaries without a valid copy under their tag
+  // Primaries without a valid copy under their tag, or whose copy of their
+  // current history is behind another primary's: their other copy keys are
+  // looked for.
+  std::vector<size_t> lost;
   for (size_t i = 0; i < facts->size(); ++i) {
     auto& f = (*facts)[i];
     auto& sh = router.map().shards()[i];
@@ -226,6 +229,31 @@ caf::expected<core::redis_cluster_state> read_cluster_state(cluster_router& rout
     if (r.copy != "valid" && r.copy.rfind("unreadable", 0) != 0)
       lost.push_back(i);
     st.shards.push_back(std::move(r));
+  }
+  // A primary whose copy of its current history is behind another
+  // primary's for some partition may hold a newer copy under another name:
+  // its copy key follows its lowest slot, so a slot that left it (taking a
+  // key along) and came back brings an older key back under its tag (issue
+  // 41).  Every copy of its current history proves its positions (its own
+  // stream is intact since), so the newer ones are looked for too, and the
+  // highest position of each partition counts.  Copies of one checkpoint
+  // round are equal, so this SCAN is rare.
+  std::map<int32_t, int64_t> highest;
+  for (auto& r : st.shards)
+    if (r.copy == "valid")
+      for (auto& [p, at] : r.positions)
+        highest[p] = std::max(highest[p], at.first);
+  for (size_t i = 0; i < st.shards.size(); ++i) {
+    auto& r = st.shards[i];
+    if (r.copy != "valid" || r.copy_replid != r.replid)
+      continue;
+    bool behind = false;
+    for (auto& [p, top] : highest) {
+      auto at = r.positions.find(p);
+      behind = behind || at == r.positions.end() || at->second.first < top;
+    }
+    if (behind)
+      lost.push_back(i);
   }
   if (lost.empty())
     return st;

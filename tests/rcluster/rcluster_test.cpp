@@ -729,6 +729,33 @@ void rcluster::lost_write_failover(bool keep_copies) {
   ASSERT_EQ(redis::key_slot(copy_key_of(r)), redis::key_slot(key));
   EXPECT_EQ(copy_position(r, key), static_cast<int64_t>(n));
 
+  if (keep_copies) {
+    // Issue 41: `audit` with a copy behind the checkpoint and no node
+    // running (the window a node stopped before its replay rewrote the
+    // copies leaves).  It audits up to the stored checkpoint, not up to the
+    // start the copy chose: what node r lost is missing, nothing projected
+    // above the copy counts as unknown, and it says where the next start
+    // replays from and why.  (Before the fix it audited [0, 300): 0 missing,
+    // every entry of the second batch on the other shards "unknown".)
+    auto a = test::run_cli(node("audit"));
+    auto count = [&](const std::string& what) -> long long {
+      std::smatch mm;
+      std::regex re{"\n" + what + ": (\\d+)"};
+      return std::regex_search(a.out, mm, re) ? std::stoll(mm[1]) : -1;
+    };
+    EXPECT_EQ(a.rc, 5) << a.out << a.err;
+    EXPECT_NE(a.out.find("partition 0: offsets [0, " + std::to_string(2 * n) + ")"),
+              std::string::npos)
+      << a.out;
+    EXPECT_GT(count("missing"), 0) << a.out;
+    EXPECT_EQ(count("unknown"), 0) << a.out;
+    EXPECT_NE(a.out.find("partition 0: the next start replays from " + std::to_string(n)
+                         + ", below its checkpoint " + std::to_string(2 * n)),
+              std::string::npos)
+      << a.out;
+    EXPECT_NE(a.out.find("primary " + nodes().at(r)), std::string::npos)
+      << "the note names node " << r << " (" << nodes().at(r) << ")\n" << a.out;
+  }
   if (!keep_copies) {
     // What a design with the checkpoint key alone would start from: no
     // copies, and meta not marked (so the start seeds them at the
@@ -744,7 +771,13 @@ void rcluster::lost_write_failover(bool keep_copies) {
   if (keep_copies) {
     // The start is the new primary's copy, below the checkpoint: a replay.
     EXPECT_EQ(start, static_cast<int64_t>(n)) << third.log;
+    EXPECT_NE(third.log.find("partition 0: replays from " + std::to_string(n)
+                             + ", below its checkpoint " + std::to_string(2 * n)),
+              std::string::npos)
+      << third.log;
     EXPECT_TRUE(after.equal()) << after.text() << "\n" << third.log;
+    auto a = test::run_cli(node("audit"));
+    EXPECT_EQ(a.rc, 0) << a.out << a.err;
     std::cout << "the start replayed from " << start << " (checkpoint " << 2 * n << "): "
               << after.text() << "\n";
   } else {
@@ -776,6 +809,77 @@ TEST_F(rcluster, LostWriteFailoverReplaysFromTheShardsCopy) {
 // node 5 never got are skipped for ever.
 TEST_F(rcluster, WithoutCopiesTheSameFailoverLosesEntries) {
   lost_write_failover(false);
+}
+
+// Issue 41: an older copy key that a slot move took away and a later move
+// brought back.  A primary's copy key lives in its lowest slot; moving that
+// slot to another primary takes the key along (it stays there, frozen at
+// the positions of that day), and the next start writes the primary a copy
+// under its new lowest slot's tag.  Moving the slot back makes the older
+// key the one under the primary's tag again: valid in the primary's
+// current history, but far behind.  Both keys are valid proofs in the same
+// history, so the start takes the higher one (each proves its positions);
+// before the fix it took the older one alone, replayed from it, and once
+// retention had passed it, refused a start with nothing lost:
+// `partition 0: field next_offset: stored "300" ... below the low watermark`.
+TEST_F(rcluster, ACopyKeyThatMovedAwayAndBackDoesNotPullTheStartBack) {
+  constexpr int users = 50;
+  constexpr uint64_t n = 300;
+  const int p = primary_in(2), q = primary_in(3);
+  ASSERT_GT(p, 0);
+  ASSERT_GT(q, 0);
+  ASSERT_NE(owner_of(ns_slot), p);
+  ASSERT_NE(owner_of(ns_slot), q);
+  const auto P = std::to_string(p), Q = std::to_string(q);
+
+  ASSERT_NO_FATAL_FAILURE(produce(topic, 0, n, users));
+  auto first = catch_up("catch-up-1");
+  ASSERT_EQ(first.rc, 0) << first.log;
+  ASSERT_EQ(checkpoint(), static_cast<int64_t>(n));
+  const auto slots = slots_of(p);
+  ASSERT_FALSE(slots.empty());
+  uint16_t lowest = slots.front().first;
+  for (auto& r : slots)
+    lowest = std::min(lowest, r.first);
+  const auto S0 = std::to_string(lowest);
+  const auto old_key = copy_key_of(p);
+  ASSERT_EQ(redis::key_slot(old_key), lowest) << old_key;
+  ASSERT_EQ(copy_position(p, old_key), static_cast<int64_t>(n)) << old_key;
+
+  // The copy key's slot goes to node q (and back whatever happens).
+  undo.push_back("rc-move-slot " + S0 + " " + P);
+  ASSERT_SVC("rc-move-slot " + S0 + " " + Q);
+  ASSERT_EQ(copy_position(q, old_key), static_cast<int64_t>(n)) << "the key moved with its slot";
+  ASSERT_NO_FATAL_FAILURE(produce(topic, n, 2 * n, users));
+  auto second = catch_up("catch-up-2");
+  ASSERT_EQ(second.rc, 0) << second.log;
+  ASSERT_EQ(checkpoint(), static_cast<int64_t>(2 * n));
+  EXPECT_EQ(logged_start(second.log), static_cast<int64_t>(n)) << second.log;
+  const auto new_key = copy_key_of(p);
+  ASSERT_NE(new_key, old_key);
+  ASSERT_EQ(copy_position(p, new_key), static_cast<int64_t>(2 * n)) << new_key;
+  ASSERT_EQ(copy_position(q, old_key), static_cast<int64_t>(n)) << "the older key was rewritten";
+
+  // The slot comes back with the older key: node p's tag names it again.
+  ASSERT_SVC("rc-move-slot " + S0 + " " + P);
+  ASSERT_EQ(copy_key_of(p), old_key);
+  ASSERT_EQ(copy_position(p, old_key), static_cast<int64_t>(n));
+  ASSERT_EQ(copy_position(p, new_key), static_cast<int64_t>(2 * n));
+  // Retention passes the older key's position (not the checkpoint's).
+  {
+    auto admin = kafka::admin::make(kafka_cfg());
+    ASSERT_TRUE(admin) << describe(admin.error());
+    auto d = (*admin)->delete_records(topic, 0, static_cast<int64_t>(n + n / 2));
+    ASSERT_TRUE(d) << describe(d.error());
+  }
+  auto third = catch_up("catch-up-3");
+  EXPECT_EQ(third.rc, 0) << third.log;
+  EXPECT_EQ(logged_start(third.log), static_cast<int64_t>(2 * n)) << third.log;
+  EXPECT_EQ(checkpoint(), static_cast<int64_t>(2 * n));
+  auto cmp = compare(model_of(0, 2 * n, users));
+  EXPECT_TRUE(cmp.equal()) << cmp.text();
+  // The next start wrote node p's copy under the tag it has now.
+  EXPECT_EQ(copy_position(p, old_key), static_cast<int64_t>(2 * n));
 }
 
 namespace {

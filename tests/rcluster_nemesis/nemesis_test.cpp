@@ -27,7 +27,10 @@
 // then the documented procedure (stop every node, delete the namespace and
 // the copies, start: a rebuild from the log) converges; any other exit
 // fails.  After healing: Redis equals the model of the committed
-// transactions, nothing aborted is projected, `audit` is consistent.
+// transactions, nothing aborted is projected; then, once every checkpoint
+// reached the log's end and no primary's copy is behind a checkpoint (the
+// nodes caught up, `inspect --json`; bounded, and the reason is printed
+// when they do not get there), the nodes stop and `audit` is consistent.
 //
 // The seed is printed; QSP_NEMESIS_SEED=N replays it.  QSP_NEMESIS_SECONDS
 // (default 100) bounds each seed's fault phase, QSP_NEMESIS_SEEDS (default
@@ -697,6 +700,49 @@ void nemesis::scenario(uint64_t seed, long seconds) {
   std::cout << "after healing: " << cmp.text() << "\n";
   if (!equal || !cmp.equal())
     fail("Redis differs from the model: " + cmp.text() + "\n" + f.node[0]->status() + "; "
+         + f.node[1]->status());
+  // `audit` is conclusive for a caught-up, stopped node (issue 41): before
+  // the nodes stop, every partition's checkpoint reaches the log's end (the
+  // producer has stopped) and no primary's copy is behind it any more (a
+  // start that replayed from a copy rewrote it), as `inspect --json` reads
+  // them.  Equal sets alone do not say so: a node whose last start replayed
+  // from a copy is equal long before its copies are rewritten.
+  std::string not_caught_up;
+  auto t_caught = clock_type::now();
+  bool caught_up = test::eventually(
+    [&] {
+      auto r = test::run_cli(node_args("inspect", topic, partitions, {"--json"}));
+      auto j = nlohmann::json::parse(r.out, nullptr, false);
+      if (r.rc != 0 || j.is_discarded()) {
+        not_caught_up = "inspect: exit " + std::to_string(r.rc) + ": " + r.err;
+        return false;
+      }
+      for (auto& bp : j["broker"]["partitions"]) {
+        auto p = std::to_string(bp.value("partition", -1));
+        auto lso = bp.value("last_stable_offset", int64_t{-1});
+        auto cp = j["checkpoints"].contains(p) ? j["checkpoints"][p].value("next_offset", "-1")
+                                               : std::string{"-1"};
+        auto at = core::parse_decimal(cp);
+        if (!at || *at < lso) {
+          not_caught_up = "partition " + p + ": checkpoint " + cp + " < last stable offset "
+                          + std::to_string(lso);
+          return false;
+        }
+      }
+      if (j.contains("redis_cluster") && !j["redis_cluster"]["replay_from"].empty()) {
+        not_caught_up = "a primary's copy is behind the checkpoints: replay_from "
+                        + j["redis_cluster"]["replay_from"].dump();
+        return false;
+      }
+      return true;
+    },
+    60s);
+  if (caught_up)
+    std::cout << "caught up (every checkpoint at the log's end, no copy behind one) "
+              << ms_since(t_caught) << " ms after Redis equalled the model\n";
+  else
+    fail("the nodes did not catch up within 60 s of Redis equalling the model, so audit "
+         "could not be conclusive: " + not_caught_up + "\n" + f.node[0]->status() + "; "
          + f.node[1]->status());
   for (int k = 0; k < 2; ++k) {
     if (f.node[k]->exited()) {
