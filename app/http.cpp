@@ -62,8 +62,7 @@ std::string status_json(const projection_status& s) {
   j["state"] = s.state;
   j["ready"] = s.ready;
   j["restarts"] = s.restarts;
-  if (!s.last_error.empty())
-    j["last_error"] = s.last_error;
+  j["last_error"] = s.last_error;  // "" until the first failure (both answers carry it)
   auto& parts = j["partitions"] = nlohmann::json::array();
   for (auto& p : s.partitions)
     parts.push_back({{"partition", p.partition}, {"start", p.start}, {"h0", p.h0},

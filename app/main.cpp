@@ -45,7 +45,9 @@ const char* usage = R"(usage: qsession-projection <command> [--config-file=PATH]
 
 commands:
   run        verify, catch up to this start's H0, serve, keep consuming until SIGTERM/SIGINT
-             exit: 0 clean stop, 3 refused, 2 bad usage/config
+             exit: 0 clean stop, 3 refused, 2 bad usage/config; a refused node stays up in
+             state refused (/readyz, /metrics) until stopped, then exits 3 (or 2), unless
+             --projection.exit-on-refusal=true
   catch-up   verify, project up to this start's H0, then exit
              exit: 0 caught up, 3 refused, 4 gave up on an unreachable dependency, 2 bad usage
   verify     the startup inspection without consuming or writing; per-partition table
@@ -363,6 +365,7 @@ int cmd_run(caf::actor_system& sys, const app::node_settings& s, bool catch_up_o
   auto tick = std::min<std::chrono::milliseconds>(std::chrono::milliseconds(200),
                                                   progress_opts.redraw);
   int rc = -1;
+  int refused_rc = -1;  ///< run, staying up in state refused: the exit code once stopped
   int failures_in_a_row = 0;
   bool stop = false;
   while (rc < 0 && !stop) {
@@ -373,7 +376,21 @@ int cmd_run(caf::actor_system& sys, const app::node_settings& s, bool catch_up_o
           // The projection has logged each problem as a full log line.
           // A configuration error found while running (authentication,
           // authorization, a TLS certificate) is exit 2, like a bad flag.
-          rc = st.last_error.rfind("invalid_config", 0) == 0 ? exit_usage : exit_refused;
+          auto code = st.last_error.rfind("invalid_config", 0) == 0 ? exit_usage : exit_refused;
+          if (catch_up_only || s.exit_on_refusal || !http) {
+            rc = code;
+          } else if (refused_rc < 0) {
+            // A refusal monitoring can see (issue 42): the node stays up in
+            // state refused, /readyz answers 503 with last_error and
+            // /metrics qsp_state{state="refused"} 1, until it is told to
+            // stop; then it exits with the refusal's code.
+            refused_rc = code;
+            progress.abandon();
+            logger->warn("refused: staying up in state refused (GET /readyz has last_error, "
+                         "/metrics qsp_state{{state=\"refused\"}} 1) until SIGTERM/SIGINT, then "
+                         "exit {} (projection.exit-on-refusal=true exits at once)",
+                         code);
+          }
         } else if (st.state == "ready") {
           failures_in_a_row = 0;
           if (catch_up_only)
@@ -399,6 +416,8 @@ int cmd_run(caf::actor_system& sys, const app::node_settings& s, bool catch_up_o
     }
   }
   progress.abandon();
+  if (rc < 0 && refused_rc >= 0)
+    rc = refused_rc;
   // Ordered teardown: stop the pipeline (an in-flight batch either finishes
   // with its checkpoint or is abandoned without one; both are safe), then HTTP.
   if (http)

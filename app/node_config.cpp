@@ -18,7 +18,12 @@ node_config::node_config() {
   add_options(custom_options_);
   opt_group{custom_options_, "projection"}
     .add(catch_up_max_attempts, "catch-up-max-attempts",
-         "catch-up: give up (exit 4) after this many failed attempts in a row (default: 5)");
+         "catch-up: give up (exit 4) after this many failed attempts in a row (default: 5)")
+    .add(exit_on_refusal, "exit-on-refusal",
+         "run: exit (3; 2 for a configuration refused at run time) as soon as the node "
+         "refuses, instead of staying up in state refused, serving /readyz (last_error) and "
+         "/metrics (qsp_state{state=\"refused\"} 1) until SIGTERM/SIGINT, then exiting so "
+         "(default: false)");
   opt_group{custom_options_, "http"}
     .add(http_listen, "listen", "health/metrics/sessions endpoint host:port, empty or off disables (default: 127.0.0.1:9464)");
   opt_group{custom_options_, "log"}
@@ -37,6 +42,7 @@ caf::expected<node_settings> to_settings(const node_config& cfg) {
   if (cfg.catch_up_max_attempts <= 0)
     return bad("projection.catch-up-max-attempts", "an integer > 0");
   s.catch_up_max_attempts = static_cast<int>(cfg.catch_up_max_attempts);
+  s.exit_on_refusal = cfg.exit_on_refusal;
   if (!cfg.http_listen.empty() && cfg.http_listen != "off") {
     auto colon = cfg.http_listen.rfind(':');
     if (colon == std::string::npos)

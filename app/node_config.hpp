@@ -18,6 +18,7 @@ namespace qsp::app {
 
 struct node_config : caf::actor_system_config {
   int64_t catch_up_max_attempts = 5;
+  bool exit_on_refusal = false;
   std::string http_listen = "127.0.0.1:9464";
   std::string log_level = "info";
 
@@ -40,6 +41,9 @@ struct node_settings {
   std::string http_host;   ///< empty: HTTP disabled
   uint16_t http_port = 0;
   int catch_up_max_attempts = 5;
+  /// run: exit as soon as the node refuses, instead of staying up in state
+  /// refused (serving /readyz and /metrics) until SIGTERM/SIGINT.
+  bool exit_on_refusal = false;
 };
 
 /// Validates `cfg` into settings, or returns a message naming the bad key.

@@ -6,6 +6,9 @@
 //   resolve to headings of docs/OPERATIONS.md.
 // `promtool check rules` / `promtool test rules` on the alert rules themselves
 // are separate CTest tests (tests/deploy/CMakeLists.txt).
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <fstream>
@@ -478,4 +481,105 @@ TEST(DeployDashboard, ExpressionsParseAndNameOnlyMetricsTheNodeExports) {
   for (auto& r : rules)
     for (auto& n : metric_names(r.expr))
       EXPECT_EQ(names.count(n), 1u) << missing_message("alert " + r.alert, n, histograms);
+}
+
+// Issue 42, the real run: a Prometheus server (Debian's, the package that
+// brings promtool) scrapes three nodes in one job, every second, with the
+// shipped alert rules; one node refuses (3 partitions configured, 2 in the
+// topic) and stays up in state refused.  QspProjectionRefused fires for that
+// instance alone, and QspNodeDown for none (every node answers).  The
+// interval the alert fires within is the rules test's to hold
+// (qsession-projection.rules.test.yml, exact clock); this run prints it.
+TEST(DeployAlerts, ARefusedNodeAmongTwoHealthyOnesFiresTheRefusedAlert) {
+  auto prometheus = std::string{"/usr/bin/prometheus"};
+  ASSERT_EQ(access(prometheus.c_str(), X_OK), 0)
+    << prometheus << " is missing: scripts/bootstrap installs Debian's prometheus package";
+  auto topic = test::unique_name("deploy-alerts");
+  auto ns = test::unique_name("ns");
+  auto convs = test::unique_name("convs") + ":";
+  test::create_topic(topic, 2);
+  auto dir = "/tmp/" + test::unique_name("deploy-alerts");
+  test::sh("mkdir -p " + dir);
+  std::vector<uint16_t> ports;
+  std::vector<std::unique_ptr<test::node_process>> nodes;
+  for (int k = 0; k < 3; ++k) {
+    ports.push_back(test::free_port());
+    // Two healthy nodes (each its own namespace), one refused.
+    auto args = test::node_args(topic, k < 2 ? 2 : 3, ns + "-" + std::to_string(k), convs);
+    args.insert(args.begin(), "run");
+    test::set_option(args, "http.listen", "127.0.0.1:" + std::to_string(ports[k]));
+    args.push_back("--projection.exit-on-refusal=false");  // the default, named
+    nodes.push_back(std::make_unique<test::node_process>(args, dir + "/node-" + std::to_string(k) + ".log"));
+  }
+  ASSERT_TRUE(test::readyz_reaches(ports[0], 200, 60s)) << test::slurp(dir + "/node-0.log");
+  ASSERT_TRUE(test::readyz_reaches(ports[1], 200, 60s)) << test::slurp(dir + "/node-1.log");
+  ASSERT_TRUE(test::eventually([&] {
+    return test::http_get(ports[2], "/readyz").body.find("\"state\":\"refused\"") != std::string::npos;
+  }, 60s)) << test::slurp(dir + "/node-2.log");
+  auto refused_at = std::chrono::steady_clock::now();
+
+  auto prom_port = test::free_port();
+  {
+    std::ofstream cfg{dir + "/prometheus.yml"};
+    cfg << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        << "rule_files:\n  - " << rules_path << "\n"
+        << "scrape_configs:\n  - job_name: qsession-projection\n    static_configs:\n"
+        << "      - targets: [";
+    for (int k = 0; k < 3; ++k)
+      cfg << (k ? ", " : "") << "\"127.0.0.1:" << ports[k] << "\"";
+    cfg << "]\n";
+  }
+  int prom = test::spawn_program(prometheus,
+                                 {"--config.file=" + dir + "/prometheus.yml",
+                                  "--storage.tsdb.path=" + dir + "/tsdb",
+                                  "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)},
+                                 dir + "/prometheus.log");
+  struct stop_prometheus {
+    int pid;
+    ~stop_prometheus() {
+      ::kill(pid, SIGTERM);
+      test::wait_cli(pid);
+    }
+  } stop{prom};
+  nlohmann::json firing;
+  std::string last;
+  bool fired = test::eventually([&] {
+    auto r = test::http_get(prom_port, "/api/v1/alerts", 2s);
+    last = r.body;
+    auto j = nlohmann::json::parse(r.body, nullptr, false);
+    if (r.status != 200 || j.is_discarded())
+      return false;
+    firing = nlohmann::json::array();
+    for (auto& a : j["data"]["alerts"])
+      if (a.value("state", "") == "firing")
+        firing.push_back(a);
+    for (auto& a : firing)
+      if (a["labels"].value("alertname", "") == "QspProjectionRefused")
+        return true;
+    return false;
+  }, 90s);
+  ASSERT_TRUE(fired) << "no QspProjectionRefused firing; last /api/v1/alerts: " << last << "\n"
+                     << test::slurp(dir + "/prometheus.log");
+  std::cout << "QspProjectionRefused firing "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(
+                 std::chrono::steady_clock::now() - refused_at).count()
+            << " ms after the node refused (Prometheus started after it)\n";
+  for (auto& a : firing) {
+    auto name = a["labels"].value("alertname", "");
+    EXPECT_NE(name, "QspNodeDown") << a.dump();
+    EXPECT_NE(name, "QspMetricsAbsent") << a.dump();
+    if (name == "QspProjectionRefused") {
+      EXPECT_EQ(a["labels"].value("instance", ""), "127.0.0.1:" + std::to_string(ports[2])) << a.dump();
+      EXPECT_EQ(a["labels"].value("topic", ""), topic) << a.dump();
+    }
+  }
+  // The refused node is still up, and exits 3 once stopped; the others 0.
+  EXPECT_FALSE(nodes[2]->exit_code());
+  EXPECT_EQ(nodes[2]->stop(), 3) << test::slurp(dir + "/node-2.log");
+  EXPECT_EQ(nodes[0]->stop(), 0);
+  EXPECT_EQ(nodes[1]->stop(), 0);
+  auto admin = kafka::admin::make(test::kafka_client());
+  (*admin)->delete_topic(topic);
+  if (!HasFailure())
+    test::sh("rm -rf " + dir);
 }

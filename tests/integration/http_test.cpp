@@ -137,6 +137,61 @@ TEST(Http, ReadinessMetricsSessionsAndShutdown) {
   (*admin)->delete_topic(topic);
 }
 
+// Issue 42: a refusal monitoring can see.  A refused `run` stays up in state
+// refused (/readyz 503 with the refusal in last_error, /metrics
+// qsp_state{state="refused"} 1) until it is stopped, then exits 3; with
+// projection.exit-on-refusal=true it exits 3 at once (the tests' and the
+// supervisors' mode).  The refusal: 3 partitions configured, 2 in the topic.
+TEST(Http, ARefusedNodeStaysVisibleUntilStopped) {
+  auto topic = test::unique_name("http-refused");
+  auto ns = test::unique_name("ns");
+  auto convs = test::unique_name("convs") + ":";
+  test::create_topic(topic, 2);
+  auto port = test::free_port();
+  auto args = test::node_args(topic, 3, ns, convs);
+  args.back() = "--http.listen=127.0.0.1:" + std::to_string(port);
+  args.insert(args.begin(), "run");
+  auto stay = args;
+  stay.push_back("--projection.exit-on-refusal=false");  // the default, named
+  auto logf = "/tmp/" + test::unique_name("http-refused") + ".log";
+  auto pid = test::spawn_cli(stay, logf);
+  httplib::Client http{"127.0.0.1", port};
+  http.set_read_timeout(15, 0);
+  nlohmann::json body;
+  ASSERT_TRUE(eventually([&] {
+    auto r = http.Get("/readyz");
+    if (!r || r->status != 503)
+      return false;
+    body = nlohmann::json::parse(r->body, nullptr, false);
+    return !body.is_discarded() && body.value("state", "") == "refused";
+  }, 30s)) << slurp(logf);
+  EXPECT_EQ(body["ready"], false);
+  EXPECT_NE(body.value("last_error", "").find("partition_count"), std::string::npos) << body.dump();
+  auto scrape = [&] {
+    auto m = http.Get("/metrics");
+    return m && m->status == 200 ? m->body : std::string{};
+  };
+  auto refused = "qsp_state{topic=\"" + topic + "\",state=\"refused\"} 1";
+  EXPECT_NE(scrape().find(refused), std::string::npos) << scrape();
+  // Still up, and still saying so, at the next scrape.
+  EXPECT_FALSE(test::wait_cli_for(pid, 0ms)) << slurp(logf);
+  EXPECT_NE(scrape().find(refused), std::string::npos);
+  EXPECT_EQ(http.Get("/v1/users/u1/sessions")->status, 503);
+  EXPECT_NE(slurp(logf).find("staying up in state refused"), std::string::npos) << slurp(logf);
+  ::kill(pid, SIGTERM);
+  EXPECT_EQ(test::wait_cli(pid), 3) << slurp(logf);
+
+  // The supervisors' mode: exit 3 at once, nothing to stop.
+  auto at_once = args;
+  at_once.push_back("--projection.exit-on-refusal=true");
+  auto pid2 = test::spawn_cli(at_once, logf + ".2");
+  auto rc = test::wait_cli_for(pid2, 60s);
+  ASSERT_TRUE(rc) << "still running:\n" << slurp(logf + ".2");
+  EXPECT_EQ(*rc, 3) << slurp(logf + ".2");
+  auto admin = kafka::admin::make(test::kafka_client());
+  (*admin)->delete_topic(topic);
+}
+
 TEST(Embedding, HostSpawnsTheProjectionInItsOwnActorSystem) {
   auto topic = test::unique_name("embed");
   auto ns = test::unique_name("ns");

@@ -612,6 +612,18 @@ std::string node_binary() {
 }
 
 int spawn_cli(const std::vector<std::string>& args, const std::string& log_path) {
+  // A refused `run` stays up in state refused until it is stopped (issue
+  // 42); the tests that drive a refusal through `run` wait for its exit, so
+  // they get the supervisors' mode, --projection.exit-on-refusal=true,
+  // unless they name the option themselves (the tests of the default do).
+  if (!args.empty() && args[0] == "run"
+      && std::none_of(args.begin(), args.end(), [](const std::string& a) {
+           return a.rfind("--projection.exit-on-refusal", 0) == 0;
+         })) {
+    auto with = args;
+    with.push_back("--projection.exit-on-refusal=true");
+    return spawn_program(node_binary(), with, log_path);
+  }
   return spawn_program(node_binary(), args, log_path);
 }
 
