@@ -55,7 +55,9 @@ commands:
   inspect    meta, checkpoints and broker state side by side (--json for machines)
              exit: 0, 4, 2
   audit      replay the log (low = 0) up to the checkpoints into a model and diff it with Redis
-             exit: 0 consistent, 5 differences found, 3 cannot prove, 4 unreachable, 2 bad usage
+             exit: 0 consistent, 5 differences found, 7 inconclusive (unknown members only, and
+             records after the checkpoints: a running node), 3 cannot prove, 4 unreachable,
+             2 bad usage
   cluster    the namespace's ownership table: owner, epoch, heartbeat, status, readiness (--json)
              exit: 0 namespace ready, 6 not ready, 4 Redis unreachable, 2 bad usage
 
