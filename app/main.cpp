@@ -149,6 +149,38 @@ int cmd_cluster(const app::node_settings& s, bool json) {
     std::cerr << "cluster: " << describe(view.error()) << '\n';
     return exit_for(view.error());
   }
+  // projection.ownership = all (the default): one node owns every partition
+  // and writes no ownership records, so there is no table to judge (issue
+  // 42: `cluster` said "NOT ready ... no owner" and exited 6 beside a node
+  // whose /readyz was 200).  Said so, exit 0, when the namespace holds no
+  // owner record at all and this command's configuration says `all` too.
+  bool no_owner = std::none_of(view->begin(), view->end(), [](auto& c) { return !c.owner.empty(); });
+  if (!s.projection.clustered() && no_owner) {
+    auto cps = redis::redis_checkpoint_store::open(redis_config_of(s.projection));
+    caf::expected<core::stored_state> st{caf::make_error(ec::redis_unavailable, "not read")};
+    if (cps)
+      st = (*cps)->read(s.projection.topic, s.projection.partition_count);
+    if (st && st->meta) {
+      auto note = "projection.ownership = all: one node owns every partition and writes no "
+                  "ownership table; its GET /readyz is the namespace's readiness, and `verify` "
+                  "shows every partition's checkpoint. `cluster` judges namespaces projected "
+                  "with ownership static, group or host (docs/CLUSTER.md)";
+      if (json) {
+        nlohmann::json j;
+        j["namespace"] = s.projection.ns;
+        j["topic"] = s.projection.topic;
+        j["ownership"] = "all";
+        j["ready"] = nullptr;
+        j["partitions"] = nlohmann::json::array();
+        j["note"] = note;
+        std::cout << j.dump(2) << '\n';
+      } else {
+        std::cout << "namespace " << s.projection.ns << ", topic " << s.projection.topic << ": "
+                  << note << "\n";
+      }
+      return exit_ok;
+    }
+  }
   bool ready = std::all_of(view->begin(), view->end(), [](auto& c) { return c.ready; });
   // A mistyped namespace, topic or partition count looks like an outage in
   // the table ("no owner" everywhere): say what the namespace holds.

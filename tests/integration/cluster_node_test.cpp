@@ -85,6 +85,38 @@ int start_static(const std::string& topic, const std::string& ns, const std::str
 
 } // namespace
 
+// Issue 42: `cluster` beside a node with the default ownership (`all`),
+// which writes no ownership table: it says so and exits 0, not "NOT ready
+// ... no owner" with exit 6 while the node's /readyz is 200.
+TEST(AllOwnership, ClusterSaysThereIsNoTableAndDoesNotReportFailure) {
+  auto topic = test::unique_name("all");
+  auto ns = test::unique_name("ns");
+  test::create_topic(topic, 2);
+  auto p = kafka::producer::make(test::kafka_client());
+  ASSERT_TRUE(p);
+  for (uint64_t i = 0; i < 20; ++i)
+    ASSERT_TRUE(p->send(topic, static_cast<int32_t>(i % 2), core::encode_json(test::make_dispatch(i))));
+  ASSERT_TRUE(p->flush());
+  auto port = test::free_port();
+  auto args = test::node_args(topic, 2, ns, "convs:");
+  args.insert(args.begin(), "run");
+  test::set_option(args, "http.listen", "127.0.0.1:" + std::to_string(port));
+  auto log = "/tmp/" + test::unique_name("all-node") + ".log";
+  test::node_process node{args, log};
+  ASSERT_TRUE(test::readyz_reaches(port, 200, 60s)) << slurp(log);
+  auto table_args = test::node_args(topic, 2, ns, "convs:");
+  table_args.insert(table_args.begin(), "cluster");
+  auto table = test::run_cli(table_args);
+  EXPECT_EQ(table.rc, 0) << table.out << table.err;
+  EXPECT_NE(table.out.find("projection.ownership = all"), std::string::npos) << table.out;
+  EXPECT_EQ(table.out.find("NOT ready"), std::string::npos) << table.out;
+  table_args.push_back("--json");
+  auto json = test::run_cli(table_args);
+  EXPECT_EQ(json.rc, 0) << json.out << json.err;
+  EXPECT_NE(json.out.find("\"ownership\": \"all\""), std::string::npos) << json.out;
+  EXPECT_EQ(node.stop(), 0) << slurp(log);
+}
+
 TEST(StaticNodes, SplitThePartitionsShareOneGateAndAnOverlapIsRefused) {
   auto topic = test::unique_name("stat");
   auto ns = test::unique_name("ns");
