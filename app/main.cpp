@@ -114,7 +114,19 @@ int cmd_verify(const app::node_settings& s) {
   std::printf("%-9s %12s %12s %12s %6s %12s  %s\n", "partition", "low", "high", "checkpoint",
               "epoch", "start", "verdict");
   for (auto& pp : r->plan.partitions) {
-    auto cp = pp.checkpoint ? std::to_string(*pp.checkpoint) : std::string{"-"};
+    // The stored checkpoint, as inspect shows it: the validated one, else
+    // the raw next_offset of a key that is there but refused (issue 42: it
+    // read "-", as if there were none), else "-".  (pp.checkpoint is where
+    // the start plan begins: below the stored one when a Redis Cluster
+    // copy replays.)
+    std::string cp = "-";
+    if (auto v = r->validated.next_offsets.find(pp.partition); v != r->validated.next_offsets.end()) {
+      cp = std::to_string(v->second);
+    } else if (auto k = r->stored.checkpoints.find(std::to_string(pp.partition));
+               k != r->stored.checkpoints.end()) {
+      auto f = k->second.find("next_offset");
+      cp = f != k->second.end() ? f->second : std::string{"(missing)"};
+    }
     // The leader epoch stored with the checkpoint: the start is validated
     // against the broker with it (a truncated log refuses once consuming).
     auto e = r->leader_epochs.find(pp.partition);

@@ -249,8 +249,28 @@ validation validate_stored(const stored_state& stored, const identity& observed)
                                           " checkpoint key(s)",
                                       "checkpoints exist but the meta hash is missing"});
   }
+  // Meta agrees with the broker (and with the configuration): a checkpoint
+  // whose identity alone differs is not a recreated topic or another
+  // cluster (meta would say so too) but a damaged checkpoint, or one
+  // another writer put there (issue 42: the refusal named a recreated
+  // topic, and the runbook sent the operator to a rebuild).
+  const bool meta_agrees = stored.meta.has_value() && result.problems.empty();
   for (const auto& [suffix, hash] : stored.checkpoints) {
+    const size_t before = result.problems.size();
     validate_checkpoint(suffix, hash, observed, result);
+    if (!meta_agrees)
+      continue;
+    for (size_t i = before; i < result.problems.size(); ++i) {
+      auto& p = result.problems[i];
+      const bool identity_field =
+          p.field == fields::format_version || p.field == fields::dispatch_topic ||
+          p.field == fields::partition_count || p.field == fields::cluster_id ||
+          p.field == fields::topic_id;
+      if (p.partition && identity_field)
+        p.reason = "this checkpoint alone differs: meta and the broker agree on " + p.field +
+                   " (the topic was not recreated); the checkpoint is damaged or another writer "
+                   "wrote it (OPERATIONS.md, \"A damaged checkpoint\")";
+    }
   }
   return result;
 }

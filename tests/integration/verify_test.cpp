@@ -2,6 +2,8 @@
 // produce real checkpoints), against the real broker and Redis.
 #include <thread>
 
+#include <regex>
+
 #include <gtest/gtest.h>
 
 #include "kafka/admin.hpp"
@@ -101,6 +103,34 @@ TEST_F(fixture, Gate2ResumesFromTheCheckpointAndCaughtUpPassesAtOnce) {
   ASSERT_EQ(again.rc, 0) << again.err;
   EXPECT_EQ(test::redis_cmd(*redis, {"HGET", checkpoint_key(0), "next_offset"}), "8");
   EXPECT_EQ(test::redis_cmd(*redis, {"HGET", checkpoint_key(1), "next_offset"}), "5");
+}
+
+// Issue 42: one checkpoint's topic_id damaged while meta and the broker
+// agree.  verify refuses naming a damaged checkpoint (not a recreated
+// topic) and shows the stored next_offset of that partition, as inspect
+// does, not "-"; the documented way out (delete that checkpoint key and its
+// epoch sidecar, low being 0) replays that partition from 0 and nothing is
+// lost.
+TEST_F(fixture, ADamagedCheckpointIsToldApartFromARecreatedTopic) {
+  test::create_topic(topic, 2);
+  produce(2, 5);
+  ASSERT_EQ(cli("catch-up", 2).rc, 0);
+  hset(checkpoint_key(1), "topic_id", "Q1b4AAAAAAAAAAAAAAAAAA");
+  auto r = cli("verify", 2);
+  EXPECT_EQ(r.rc, 3) << r.out << r.err;
+  EXPECT_NE(r.err.find("partition 1: field topic_id"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("the checkpoint is damaged"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("deleted and recreated"), std::string::npos) << r.err;
+  std::regex row{R"(\n1 +0 +5 +5 +\S+ +- +refuse)"};
+  EXPECT_TRUE(std::regex_search(r.out, row)) << "partition 1's row shows its stored 5:\n" << r.out;
+  // The runbook's way out.
+  test::redis_cmd(*redis, {"DEL", checkpoint_key(1), redis::epoch_key(ns, topic, 1)});
+  r = cli("verify", 2);
+  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("bootstrap"), std::string::npos) << r.out;
+  EXPECT_EQ(cli("catch-up", 2).rc, 0);
+  EXPECT_EQ(test::redis_cmd(*redis, {"HGET", checkpoint_key(1), "next_offset"}), "5");
+  EXPECT_EQ(cli("audit", 2).rc, 0);
 }
 
 TEST_F(fixture, Gate4EveryMismatchRefusesAndNothingIsReset) {

@@ -187,6 +187,31 @@ TEST(ValidateStored, EveryMissingCheckpointFieldRefuses) {
   }
 }
 
+// Issue 42: a damaged checkpoint and a recreated topic are told apart.  Meta
+// agreeing with the broker, one checkpoint's topic_id different: the reason
+// names a damaged checkpoint, not a recreated topic; meta and every
+// checkpoint naming another topic id: a recreated topic.
+TEST(ValidateStored, ADamagedCheckpointIsNotARecreatedTopic) {
+  stored_state damaged = good_state();
+  damaged.checkpoints["2"]["topic_id"] = "Q1b4AAAAAAAAAAAAAAAAAA";
+  auto v = validate_stored(damaged, observed_id);
+  ASSERT_EQ(v.problems.size(), 1u);
+  EXPECT_EQ(v.problems[0].partition, std::optional<int32_t>{2});
+  EXPECT_NE(v.problems[0].reason.find("the checkpoint is damaged"), std::string::npos)
+      << v.problems[0].reason;
+  EXPECT_NE(v.problems[0].reason.find("A damaged checkpoint"), std::string::npos);
+  EXPECT_EQ(v.problems[0].reason.find("recreated, or"), std::string::npos) << v.problems[0].reason;
+
+  stored_state recreated = good_state();
+  (*recreated.meta)["topic_id"] = "Q1b4AAAAAAAAAAAAAAAAAA";
+  for (auto& [suffix, hash] : recreated.checkpoints)
+    hash["topic_id"] = "Q1b4AAAAAAAAAAAAAAAAAA";
+  v = validate_stored(recreated, observed_id);
+  ASSERT_FALSE(v.problems.empty());
+  for (auto& p : v.problems)
+    EXPECT_NE(p.reason.find("deleted and recreated"), std::string::npos) << p.to_string();
+}
+
 // One corruption of the stored state and exactly the problems it must yield.
 struct refusal_row {
   const char* name;
