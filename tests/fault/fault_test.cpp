@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <functional>
 #include <cstdlib>
 #include <future>
 #include <mutex>
@@ -571,6 +572,55 @@ TEST_F(scenario, BrokerStoppedAndRestartedWhileTheNodeRunsOnlyCausesLag) {
   // reported as an error.
   auto log = slurp(logf);
   EXPECT_EQ(log.find("GroupCoordinator"), std::string::npos) << log;
+}
+
+// Issue 42: the default set's Redis stopped alone and started again
+// (`scripts/services stop-redis` / `start-redis`, SHUTDOWN SAVE: the data is
+// kept) while the node is ready and writing.  During the outage, held until
+// the node answered 503 and then past the Redis timeouts, it is not ready;
+// after it, ready again from the checkpoints it had (no second bootstrap),
+// and nothing is lost.
+TEST_F(scenario, RedisStoppedAloneAndStartedAgainByTheServicesScript) {
+  std::string dir = QSP_SOURCE_DIR "/.services";
+  if (auto* env = std::getenv("QSP_SERVICES_ENV"); env != nullptr && *env != '\0') {
+    std::string e = env;
+    dir = e.substr(0, e.rfind('/'));
+  }
+  auto svc = [&](const std::string& cmd) {
+    return test::sh("QSP_SERVICES_DIR='" + dir + "' " QSP_SOURCE_DIR "/scripts/services " + cmd
+                    + " >/dev/null 2>&1");
+  };
+  produce(3000);
+  auto logf = "/tmp/" + test::unique_name("redis-stop") + ".log";
+  test::node_process node{run_args(short_timeouts), logf};
+  ASSERT_TRUE(test::readyz_reaches(http_port, 200, ready_again_bound)) << slurp(logf);
+  auto more = trickle();
+  ASSERT_TRUE(checkpoints_advance()) << slurp(logf);
+  ASSERT_EQ(svc("stop-redis"), 0);
+  ++stats().faults;
+  {
+    struct restart {
+      std::function<int(const std::string&)> svc;
+      ~restart() { svc("start-redis"); }  // whatever happens below
+    } again{svc};
+    expect_not_ready_during_outage(logf);
+    // Held past the node's Redis timeouts: still not ready at the end.
+    auto until = std::chrono::steady_clock::now() + 3s;
+    test::eventually([&] { return std::chrono::steady_clock::now() >= until; }, 4s);
+    EXPECT_EQ(test::http_get(http_port, "/readyz").status, 503) << slurp(logf);
+    ASSERT_EQ(svc("start-redis"), 0);
+  }
+  expect_ready_again(logf);
+  more.stop();
+  stats().records += more.sent();
+  EXPECT_TRUE(eventually([&] { return caught_up(); }, 90s)) << slurp(logf);
+  EXPECT_EQ(node.stop(), 0) << slurp(logf);
+  auto text = slurp(logf);
+  size_t metas = 0;
+  for (auto at = text.find(":meta (cluster"); at != std::string::npos; at = text.find(":meta (cluster", at + 1))
+    ++metas;
+  EXPECT_EQ(metas, 1u) << "meta was created again: the restarted Redis lost its data\n" << text;
+  expect_consistent_after_catch_up();
 }
 
 TEST_F(scenario, MixedCommittedAndAbortedTransactionsWithOneOpenAtStartup) {
