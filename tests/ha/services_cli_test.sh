@@ -33,6 +33,9 @@ expect 1 "holds no Redis Cluster set" rc-move-slots 1 2 10
 expect 1 "holds no Redis Cluster set" rc-move-slot 0 1
 expect 1 "holds no HA set" kill-broker 1
 expect 1 "holds no HA set" start-redis primary
+# The default set's Redis alone (no ID): nothing to stop or start here.
+expect 1 "redis is not running \(start first\)" stop-redis
+expect 1 "no default set here \(start first\)" start-redis
 expect 0 '' stop
 # start --ha without the fault proxy: a clear error before anything starts.
 QSP_DEVTOOL=/bin/true QSP_TOXIPROXY=$dir/no-toxiproxy-server \
