@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,18 @@ progress (catch-up, audit, and run while it catches up), on stderr:
 
 options (config file keys are the same, grouped as [group] key=value):
 )";
+
+/// The options' help without what the node refuses (--long-help and
+/// --dump-config would print secrets; issue 42: --help advertised them).
+std::string help_text(const app::node_config& cfg) {
+  std::istringstream in{cfg.help()};
+  std::string out;
+  for (std::string line; std::getline(in, line);)
+    if (line.find("--long-help") == std::string::npos
+        && line.find("--dump-config") == std::string::npos)
+      out += line + '\n';
+  return out;
+}
 
 int exit_for(const caf::error& err) {
   if (code_of(err) == ec::invalid_config)
@@ -497,7 +510,7 @@ int qsp::app::node_main(int argc, char** argv, const node_hooks& hooks) {
     return exit_ok;
   }
   if (cmd.empty() || cmd == "--help" || cmd == "-h" || cmd == "help") {
-    std::cout << usage << cfg.help();
+    std::cout << usage << help_text(cfg);
     return cmd.empty() ? exit_usage : exit_ok;
   }
   if (std::find(commands.begin(), commands.end(), cmd) == commands.end()) {
@@ -558,7 +571,7 @@ int qsp::app::node_main(int argc, char** argv, const node_hooks& hooks) {
       return exit_usage;
     }
     else if (a == "--help" || a == "-h") {
-      std::cout << usage << cfg.help();
+      std::cout << usage << help_text(cfg);
       return exit_ok;
     } else if (auto b = caf_cli_arg(a); b != a) {
       renamed.push_back(std::make_unique<std::string>(std::move(b)));
@@ -567,7 +580,29 @@ int qsp::app::node_main(int argc, char** argv, const node_hooks& hooks) {
       args.push_back(argv[i]);
   }
   if (auto err = parse_config(cfg, args)) {
-    std::cerr << "error: " << caf::to_string(err) << '\n';
+    // CAF names the argument it could not read; say what the option takes
+    // (issue 42: "parser_error(unexpected_eof, ...)" for a duration
+    // without a unit).
+    auto text = caf::to_string(err);
+    // CAF 0.17: ... ({"argument" = "--k=v"}); CAF 1.x: ...("--k=v").
+    static const std::regex arg_re{R"re("(--([^="]+)=([^"]*))")re"};
+    std::smatch m;
+    if (std::regex_search(text, m, arg_re)) {
+      auto type = cfg.option_type(m[2].str());
+      std::string want;
+      if (type.find("timespan") != std::string::npos)
+        want = "a duration with its unit, e.g. 5s, 500ms or 1min";
+      else if (type.find("int") != std::string::npos)
+        want = "an integer";
+      else if (!type.empty())
+        want = "a value of type " + type;
+      if (!want.empty()) {
+        std::cerr << "error: " << m[1].str() << ": \"" << m[3].str() << "\" is not " << want
+                  << " (" << text << ")\n";
+        return exit_usage;
+      }
+    }
+    std::cerr << "error: " << text << '\n';
     // The likeliest cause in Redis Cluster mode: a hash-tag namespace left
     // unquoted in the config file ({...} is a CAF dictionary there).
     std::string file = "qsession-projection.conf";

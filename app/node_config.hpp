@@ -27,6 +27,16 @@ struct node_config : caf::actor_system_config {
   /// Every option with its default, for --help.
   std::string help() const { return custom_options_.help_text(false); }
 
+  /// The type CAF parses option `name` as ("timespan", "uint16_t", ...; ""
+  /// for an unknown option), for an error that says what was expected.
+  std::string option_type(std::string_view name) const {
+    auto* opt = custom_options_.qualified_name_lookup(caf_string_view{name.data(), name.size()});
+    if (opt == nullptr)
+      return {};
+    auto t = opt->type_name();
+    return std::string{t.data(), t.size()};
+  }
+
   /// True if `name` (e.g. "redis.tls") is a boolean option, which CAF's
   /// command line takes as a bare flag only.
   bool is_flag_option(std::string_view name) const {

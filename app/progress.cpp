@@ -204,8 +204,20 @@ std::string render_final(std::string_view label, int64_t count, std::string_view
   size_t fixed = head.size() + 2 + figures.size();
   if (width == 0) // plain: no bar
     return fmt::format("{}: 100%{}{}", label, figures, extra);
-  if (fixed + extra.size() + min_cells > width)
+  if (fixed + extra.size() + min_cells > width && !extra.empty()) {
+    // A narrow terminal: the figures and the detail ("N records
+    // projected") matter more than the bar (issue 42: an 80-column
+    // terminal lost the detail).  Without the bar, then without the
+    // average, before the detail goes.
+    auto bare = fmt::format("{}{}{}", head, figures.substr(1), extra);
+    if (bare.size() <= width)
+      return bare;
+    auto shorter = fmt::format("{}{} {} in {}{}", head, format_count(count), unit,
+                               format_elapsed(elapsed_seconds), extra);
+    if (shorter.size() <= width)
+      return shorter;
     extra.clear();
+  }
   size_t n = width > fixed + extra.size()
                ? std::clamp(width - fixed - extra.size(), min_cells, max_cells)
                : min_cells;

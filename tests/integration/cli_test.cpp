@@ -20,6 +20,10 @@ TEST(Cli, HelpListsEverySubcommandAndOptionDefaults) {
                     "--redis.password", "--redis.tls", "--http.listen"})
     EXPECT_NE(r.out.find(key), std::string::npos) << key;
   EXPECT_NE(r.out.find("(default: session_projection)"), std::string::npos);
+  // Issue 42: what the node refuses (it would print secrets) is not offered.
+  EXPECT_EQ(r.out.find("--dump-config"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("--long-help"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--projection.exit-on-refusal"), std::string::npos) << r.out;
   auto v = test::run_cli({"--version"});
   EXPECT_EQ(v.rc, 0);
   EXPECT_EQ(v.out, "qsession-projection " QSP_VERSION_STRING "\n");
@@ -53,6 +57,12 @@ TEST(Cli, BadUsageAndBadConfigExitTwoNamingTheKey) {
     {{"verify", "--projection.dispatch-topic=t", "--projection.partition-count=1",
       "--projection.max-batches-in-flight=0"}, "projection.max-batches-in-flight"},
     {{"verify", "--no-such-option=1"}, "no-such-option"},
+    // Issue 42: a value CAF cannot read says what the option takes.
+    {{"verify", "--projection.dispatch-topic=t", "--projection.partition-count=1",
+      "--redis.command-timeout=5"},
+     "--redis.command-timeout=5: \"5\" is not a duration with its unit, e.g. 5s"},
+    {{"verify", "--projection.dispatch-topic=t", "--projection.partition-count=1",
+      "--redis.port=abc"}, "--redis.port=abc: \"abc\" is not an integer"},
     {{"verify", "--config-file=/nonexistent/x.conf"}, "/nonexistent/x.conf"},
     {{"verify", "--projection.dispatch-topic=t", "--projection.partition-count=1",
       "--redis.password-file=/nonexistent/pw"}, "redis.password-file"},

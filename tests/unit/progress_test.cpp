@@ -154,6 +154,11 @@ TEST(ProgressBar, FinalLineHasTheFigures) {
   EXPECT_TRUE(has(line, "##] 1,000,000 offsets in 19.2s, 52.1k/s average")) << line;
   EXPECT_TRUE(has(line, "(1,000,000 records projected)")) << line;
   EXPECT_LE(line.size(), 120u);
+  // Issue 42: an 80-column terminal keeps the detail and drops the bar.
+  auto narrow = render_final("catch-up", 1000000, "offsets", 19.2, "1,000,000 records projected", 79);
+  EXPECT_TRUE(has(narrow, "(1,000,000 records projected)")) << narrow;
+  EXPECT_TRUE(has(narrow, "catch-up 100.0% 1,000,000 offsets in 19.2s")) << narrow;
+  EXPECT_LE(narrow.size(), 79u) << narrow;
   auto plain = render_final("catch-up", 1000000, "offsets", 75, "", 0);
   EXPECT_EQ(plain, "catch-up: 100% 1,000,000 offsets in 1:15, 13.3k/s average");
   auto none = render_final("catch-up", 0, "offsets", 0, "", 0);
