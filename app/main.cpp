@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -84,6 +85,17 @@ std::string help_text(const app::node_config& cfg) {
   return out;
 }
 
+/// Partition p's stored next_offset as it is in Redis ("-" no key,
+/// "(missing)" a key without the field), valid or not: verify and inspect
+/// show the same.
+std::string stored_next_offset(const inspection& r, int32_t p) {
+  auto i = r.stored.checkpoints.find(std::to_string(p));
+  if (i == r.stored.checkpoints.end())
+    return "-";
+  auto f = i->second.find("next_offset");
+  return f != i->second.end() ? f->second : "(missing)";
+}
+
 int exit_for(const caf::error& err) {
   if (code_of(err) == ec::invalid_config)
     return exit_usage; // e.g. a wrong password, a missing ACL permission
@@ -127,19 +139,11 @@ int cmd_verify(const app::node_settings& s) {
   std::printf("%-9s %12s %12s %12s %6s %12s  %s\n", "partition", "low", "high", "checkpoint",
               "epoch", "start", "verdict");
   for (auto& pp : r->plan.partitions) {
-    // The stored checkpoint, as inspect shows it: the validated one, else
-    // the raw next_offset of a key that is there but refused (issue 42: it
-    // read "-", as if there were none), else "-".  (pp.checkpoint is where
-    // the start plan begins: below the stored one when a Redis Cluster
-    // copy replays.)
-    std::string cp = "-";
-    if (auto v = r->validated.next_offsets.find(pp.partition); v != r->validated.next_offsets.end()) {
-      cp = std::to_string(v->second);
-    } else if (auto k = r->stored.checkpoints.find(std::to_string(pp.partition));
-               k != r->stored.checkpoints.end()) {
-      auto f = k->second.find("next_offset");
-      cp = f != k->second.end() ? f->second : std::string{"(missing)"};
-    }
+    // The stored checkpoint as inspect shows it, refused or not (issue 42:
+    // a refused one read "-", as if there were none).  Not pp.checkpoint:
+    // that is where the start plan begins, below the stored one when a
+    // Redis Cluster copy replays.
+    auto cp = stored_next_offset(*r, pp.partition);
     // The leader epoch stored with the checkpoint: the start is validated
     // against the broker with it (a truncated log refuses once consuming).
     auto e = r->leader_epochs.find(pp.partition);
@@ -180,11 +184,14 @@ int cmd_cluster(const app::node_settings& s, bool json) {
   // whose /readyz was 200).  Said so, exit 0, when the namespace holds no
   // owner record at all and this command's configuration says `all` too.
   bool no_owner = std::none_of(view->begin(), view->end(), [](auto& c) { return !c.owner.empty(); });
+  bool ready = std::all_of(view->begin(), view->end(), [](auto& c) { return c.ready; });
+  // The namespace's stored state, read once, for the two cases below.
+  std::optional<core::stored_state> st;
+  if ((!s.projection.clustered() && no_owner) || !ready)
+    if (auto cps = redis::redis_checkpoint_store::open(redis_config_of(s.projection)); cps)
+      if (auto read = (*cps)->read(s.projection.topic, s.projection.partition_count); read)
+        st = std::move(*read);
   if (!s.projection.clustered() && no_owner) {
-    auto cps = redis::redis_checkpoint_store::open(redis_config_of(s.projection));
-    caf::expected<core::stored_state> st{caf::make_error(ec::redis_unavailable, "not read")};
-    if (cps)
-      st = (*cps)->read(s.projection.topic, s.projection.partition_count);
     if (st && st->meta) {
       auto note = "projection.ownership = all: one node owns every partition and writes no "
                   "ownership table; its GET /readyz is the namespace's readiness, and `verify` "
@@ -206,32 +213,27 @@ int cmd_cluster(const app::node_settings& s, bool json) {
       return exit_ok;
     }
   }
-  bool ready = std::all_of(view->begin(), view->end(), [](auto& c) { return c.ready; });
   // A mistyped namespace, topic or partition count looks like an outage in
   // the table ("no owner" everywhere): say what the namespace holds.
-  if (!ready) {
-    if (auto cps = redis::redis_checkpoint_store::open(redis_config_of(s.projection)); cps) {
-      if (auto st = (*cps)->read(s.projection.topic, s.projection.partition_count); st) {
-        if (!st->meta) {
-          std::cerr << "cluster: note: " << s.projection.ns << ":meta does not exist: no node has "
-                    << "projected topic " << s.projection.topic << " in namespace "
-                    << s.projection.ns << " yet (check --projection.namespace and "
-                    << "--projection.dispatch-topic)\n";
-        } else {
-          auto& m = *st->meta;
-          auto f = [&](std::string_view k) {
-            auto i = m.find(std::string{k});
-            return i == m.end() ? std::string{} : i->second;
-          };
-          if (f(core::fields::dispatch_topic) != s.projection.topic)
-            std::cerr << "cluster: note: the namespace's meta is for topic \""
-                      << f(core::fields::dispatch_topic) << "\", not " << s.projection.topic << '\n';
-          if (f(core::fields::partition_count) != std::to_string(s.projection.partition_count))
-            std::cerr << "cluster: note: the namespace's meta says partition_count "
-                      << f(core::fields::partition_count) << ", not "
-                      << s.projection.partition_count << " (--projection.partition-count)\n";
-        }
-      }
+  if (!ready && st) {
+    if (!st->meta) {
+      std::cerr << "cluster: note: " << s.projection.ns << ":meta does not exist: no node has "
+                << "projected topic " << s.projection.topic << " in namespace "
+                << s.projection.ns << " yet (check --projection.namespace and "
+                << "--projection.dispatch-topic)\n";
+    } else {
+      auto& m = *st->meta;
+      auto f = [&](std::string_view k) {
+        auto i = m.find(std::string{k});
+        return i == m.end() ? std::string{} : i->second;
+      };
+      if (f(core::fields::dispatch_topic) != s.projection.topic)
+        std::cerr << "cluster: note: the namespace's meta is for topic \""
+                  << f(core::fields::dispatch_topic) << "\", not " << s.projection.topic << '\n';
+      if (f(core::fields::partition_count) != std::to_string(s.projection.partition_count))
+        std::cerr << "cluster: note: the namespace's meta says partition_count "
+                  << f(core::fields::partition_count) << ", not "
+                  << s.projection.partition_count << " (--projection.partition-count)\n";
     }
   }
   auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -328,13 +330,7 @@ int cmd_inspect(const app::node_settings& s, bool json) {
   std::printf("%-9s %12s %12s %12s %12s %6s\n", "partition", "low", "lso", "high", "next_offset",
               "epoch");
   for (size_t p = 0; p < r->broker.marks.size(); ++p) {
-    auto key = std::to_string(p);
-    auto i = r->stored.checkpoints.find(key);
-    std::string cp = "-";
-    if (i != r->stored.checkpoints.end()) {
-      auto f = i->second.find("next_offset");
-      cp = f != i->second.end() ? f->second : "(missing)";
-    }
+    auto cp = stored_next_offset(*r, static_cast<int32_t>(p));
     // The stored sidecar as it is: "next_offset/epoch" when it belongs to
     // another offset than the checkpoint (then the start is not validated).
     std::string epoch = "-";
