@@ -4,13 +4,16 @@
 //
 // QSP_SCHEDULE_SEEDS (default 1000) and QSP_SCHEDULE_STEPS (default 200)
 // scale the run; QSP_SCHEDULE_SEED=N replays one seed verbosely (with
-// QSP_MUTANT=<name>, under that planted bug).
+// QSP_MUTANT=<name>, under that planted bug).  QSP_SCHEDULE_DIGESTS=<file>
+// writes "seed digest" per seed to that file: two builds that must behave
+// the same (a restructuring) give the same file.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -101,6 +104,12 @@ TEST(Schedules, EverySeedKeepsEveryInvariant) {
     EXPECT_GE(r.restarts + r.ownership_changes, 1u) << "seed " << r.seed;
     EXPECT_TRUE(r.ok) << r.failure << "\nreplay: QSP_SCHEDULE_SEED=" << r.seed
                       << " build/bin/qsp_schedule_tests";
+  }
+  if (auto path = std::getenv("QSP_SCHEDULE_DIGESTS")) {
+    std::ofstream out{path};
+    for (auto& r : results)
+      out << r.seed << ' ' << std::hex << r.digest << std::dec << '\n';
+    EXPECT_TRUE(out.good()) << "cannot write the digests to " << path;
   }
   std::printf("[schedules] %zu/%zu seeds passed, %zu steps each, in %.1f s: %zu records, "
               "%zu Redis faults, %zu broker faults, %zu restarts/ownership changes; "
