@@ -1,5 +1,5 @@
 // The test kit's engine: a whole projection on CAF's deterministic
-// runtime (testkit/runtime.hpp) over the simulated world (testkit/fakes.hpp), with the
+// runtime (testkit/runtime.hpp) over the simulated world (testkit/world/world.hpp), with the
 // invariant checker.  The public qsp::testkit::kit (testkit.hpp) is a facade
 // over it; the project's own actor tests (tests/actor/fixture.hpp) use it
 // directly for fine-grained access to the world.  It needs no test
@@ -50,7 +50,7 @@
 #include "core/dispatch.hpp"
 #include "messages/log.hpp"
 #include "qsession/projection/projection.hpp"
-#include "testkit/fakes.hpp"
+#include "testkit/world/world.hpp"
 #include "testkit/runtime.hpp"
 
 namespace qsp::test {

@@ -1,5 +1,5 @@
 // The public test kit (qsession/projection/testkit.hpp): a facade over the
-// engine (testkit/engine.hpp) and the simulated world (testkit/fakes.hpp).
+// engine (testkit/engine.hpp) and the simulated world (testkit/world/world.hpp).
 #include "qsession/projection/testkit.hpp"
 
 #include <algorithm>

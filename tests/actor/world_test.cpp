@@ -1,4 +1,4 @@
-// The simulated world's faults (testkit/fakes.hpp) against the real
+// The simulated world's faults (testkit/world/world.hpp) against the real
 // projection: an unclean leader election, a recreated topic, added
 // partitions, a broker down or slow, Redis down, a pipelined write lost to a
 // connection reset, a Redis failover that lost the last writes, evictions,

@@ -1,0 +1,161 @@
+// The simulated Redis Cluster (docs/DESIGN.md §15): the shards of the Redis
+// room's keyspace (redis.hpp), each a primary with a replica, their slots,
+// failovers that lose writes, slot migration, primaries that join, leave or
+// restart empty, and the projection's per-primary copies (copy keys), with
+// the verdict a start reads from them.  The Redis ports' cluster parts
+// (cluster_state, refresh_copies, write_copies) are defined beside them in
+// redis_cluster.cpp.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/cluster.hpp"
+#include "testkit/world/common.hpp"
+
+namespace qsp::test {
+
+struct redis_undo;
+
+/// The Redis Cluster room of the world.
+struct simulated_redis_cluster : virtual world_core {
+  /// Non-empty shards: the stores are in Redis Cluster mode.  cluster_state()
+  /// answers this (copies_marked from meta's core::copies_field); every
+  /// copy write sets the positions of every shard whose copy is "valid".
+  core::redis_cluster_state cluster;
+  /// A MOVED in the middle of a batch: the next send's ZADDs are not applied
+  /// at once (the slot moved); its confirm answers "not yet" `moved_not_yet`
+  /// times, then the resent commands are applied and their replies read.
+  fault moved_fault;
+  int64_t moved_not_yet = 2;
+  /// Each write_copies / seed_copies call: the positions, and every entry
+  /// of the copied partitions below its position whose ZADD was not yet
+  /// applied when the copy was written (must stay empty: a copy is written
+  /// only after every reply below it was read).
+  struct copy_write {
+    std::map<int32_t, std::pair<int64_t, int32_t>> positions;
+    std::vector<std::string> unapplied;
+    bool seed = false;
+  };
+  std::vector<copy_write> copy_writes;
+  /// An ASK in the middle of a batch: like moved_fault, but its confirm
+  /// answers "not yet" once (ASKING, then the resend).  Counted in calls.asks.
+  fault ask_fault;
+  /// Fills `cluster` with `shards` primaries (node ids, addresses, the slots
+  /// split evenly, a replid each, one replica, this world's version and
+  /// policy, cluster_state ok, no copy).  The namespace is left alone: a
+  /// node in Redis Cluster mode wants a hash-tag one ("{...}").
+  void make_redis_cluster(int32_t shards);
+  /// The index into cluster.shards of the primary serving `key`'s slot
+  /// (CRC16, hash tags); -1: none (or not Redis Cluster mode).
+  int32_t shard_of(const std::string& key) const;
+  /// The primary of `shard` fails over to a replica that missed its last
+  /// `n` writes (0: a graceful failover): undoes, newest first, the last `n`
+  /// writes that touched its keys (only the parts on its keys; a copy key
+  /// write reverts that key; a slot import loses the imported keys).  The
+  /// replica becomes the primary with its own node id and address (the old
+  /// primary lives on as its replica), replid2 the old replid, replid a new
+  /// one (a copy written before stays valid in its history), and a new
+  /// configuration epoch, the cluster's largest.  `reset`: the projection's
+  /// connections reset (it had commands in flight there); otherwise it
+  /// notices only at its next write there (MOVED).  Returns the number of
+  /// writes affected.
+  size_t shard_failover(int32_t shard, size_t n, bool reset = true);
+  /// One copy key (redis/cluster_map.hpp's copy hash), named by its copy
+  /// tag (here the decimal of the lowest slot of the primary that wrote it,
+  /// which is also the key's slot) and the node id it vouches for.
+  struct fake_copy {
+    std::string replid;  ///< the history it was written in
+    std::string slots;   ///< the primary's slots then
+    int64_t cluster_epoch = -1;
+    std::map<int32_t, std::pair<int64_t, int32_t>> positions;
+    size_t written_at = 0;  ///< redis_writes() when last written
+  };
+  /// (tag, node id) -> the copy key.  The shard that holds a key is the one
+  /// serving its slot.  (Fixtures may instead set a shard's copy,
+  /// copy_replid and positions before the first copy operation: they are
+  /// then taken as that primary's own key.)
+  std::map<std::pair<std::string, std::string>, fake_copy> copy_keys;
+  /// A new primary joins: its own node id, no slots, no former history
+  /// (replid2 zero), one replica.  Returns its index.
+  int32_t add_primary();
+  /// Moves the `count` highest slots of `from` (not the namespace's slot)
+  /// to `to`, their keys with them (MIGRATE; journaled as one write of
+  /// `to`: a later failover of `to` that loses it loses those keys, as a
+  /// replica that got the source's DELs but not the RESTOREs).  `to` takes
+  /// a new configuration epoch unless it has the largest.  Returns the
+  /// number of slots moved.
+  int32_t move_slots(int32_t from, int32_t to, int32_t count);
+  /// Moves every slot of `shard` to another primary (the next one), then
+  /// removes it from the cluster.  False if it is the last one.
+  bool remove_primary(int32_t shard);
+  /// The primary of `shard` restarts without its data (same node id, a new
+  /// replid, no former history): every key in its slots is gone.  False if
+  /// it serves the namespace's slot (meta and the checkpoints would go).
+  bool shard_restart_empty(int32_t shard);
+  /// Whether the primary of `shard` holds its own copy key, written in its
+  /// current history after its last slot import: a failover of it then
+  /// loses only what that copy lets a start replay.
+  bool shard_copy_current(int32_t shard) const;
+  /// The shard at `i` as a start reads it (its copy judged as
+  /// redis/cluster_stores.cpp does: its own key by its history, else any
+  /// key on it by its history, or one elsewhere naming it in its current
+  /// history).
+  core::shard_report judged_shard(size_t i) const;
+  /// WAIT for every replica of every shard (seed_copies does): what was
+  /// written so far can no longer be lost by a failover (the journal is
+  /// emptied).
+  void wait_all_replicas();
+  /// Records a copy write (see copy_writes) and, in Redis Cluster mode,
+  /// sets the positions of every valid copy.
+  /// `per_node`: a start's copies (node id -> positions), each primary its
+  /// own, written in its current history.
+  using copy_plan = std::map<std::string, std::map<int32_t, std::pair<int64_t, int32_t>>>;
+  void record_copy(const std::map<int32_t, std::pair<int64_t, int32_t>>& positions, bool seed,
+                   const copy_plan* per_node = nullptr);
+
+private:
+  friend class fake_checkpoint_store;
+  friend class fake_session_store;
+  friend struct simulated_redis;
+
+  fake_world& world();
+  const fake_world& world() const;
+  /// The shard a journaled write touched (-1: none).
+  int32_t shard_of(const redis_undo& u) const;
+  /// The rollback of a copy key write or a slot import (simulated_redis::undo).
+  void undo_in_cluster(const redis_undo& u);
+  void note_copy(const std::pair<std::string, std::string>& key);
+  /// Takes fixture-set shard copies as copy keys (once).
+  void adopt_fixture_copies();
+  /// Writes (tag, node) of shard `i` in its current history.
+  void put_copy(size_t i, const std::map<int32_t, std::pair<int64_t, int32_t>>& positions);
+  /// Mirrors judged_shard() into cluster.shards' copy fields (for tests).
+  void sync_copy_views();
+  /// A new node id / address for a node that joins or is promoted.
+  std::string next_node_id();
+  /// A copy's verdict on a primary with `replid` and `replid2`: valid in
+  /// its history, else foreign.
+  static std::string copy_verdict(const fake_copy& c, const core::shard_report& sh);
+  std::string next_replid();
+
+  bool fixture_copies_adopted_ = false;
+  uint64_t nodes_made_ = 0;
+  /// node id -> redis_writes() at its last slot import.
+  std::map<std::string, size_t> imported_at_;
+  uint64_t replids_ = 0;
+};
+
+namespace sim {
+
+/// The copy tag of a shard: the decimal of its lowest slot ("" none).
+std::string copy_tag_of(const core::shard_report& sh);
+
+} // namespace sim
+
+} // namespace qsp::test
