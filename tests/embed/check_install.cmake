@@ -8,11 +8,8 @@
 #      debug info names the sources and the build tree they were compiled
 #      from (DW_AT_comp_dir, DW_AT_name), as any -g build does;
 #   3. the exported targets link cleanly: no empty $<LINK_ONLY:>.
+# What is wrong, one line each (a string: a grep hit may hold ';' or '${').
 set(errors "")
-macro(fail)
-  string(CONCAT _msg ${ARGV})
-  list(APPEND errors "${_msg}")
-endmacro()
 
 if(NOT IS_DIRECTORY "${PREFIX}")
   message(FATAL_ERROR "no installed prefix at ${PREFIX} (the fixture embed_install makes it)")
@@ -24,7 +21,7 @@ foreach(f README.md docs/EMBEDDING.md docs/TESTING.md docs/DESIGN.md docs/OPERAT
           docs/CLUSTER.md docs/RELIABILITY.md docs/PERFORMANCE.md
           examples/host/CMakeLists.txt examples/testkit/front.hpp)
   if(NOT EXISTS ${doc}/${f})
-    fail("missing: ${DOC_DIR}/${f}")
+    string(APPEND errors "\n  missing: ${DOC_DIR}/${f}")
   endif()
 endforeach()
 file(GLOB mds ${doc}/README.md ${doc}/docs/*.md)
@@ -39,20 +36,20 @@ foreach(md IN LISTS mds)
     math(EXPR cited "${cited} + 1")
     if(NOT EXISTS ${doc}/${path})
       file(RELATIVE_PATH rel ${doc} ${md})
-      fail("${rel} cites ${path}, which the install does not carry")
+      string(APPEND errors "\n  ${rel} cites ${path}, which the install does not carry")
     endif()
   endforeach()
 endforeach()
 if(cited EQUAL 0)
-  fail("the installed docs cite no `examples/...` file (this check found nothing to check)")
+  string(APPEND errors "\n  the installed docs cite no `examples/...` file (nothing to check)")
 endif()
 
 # -- 2. no path of the build machine -------------------------------------------
 # A path counts where it starts a token: /work/main matches "/work/main/x"
 # and "HINTS /work/main", not "/work/main2" or "/home/u/work/main".
-string(REPLACE "|" ";" FORBIDDEN "${FORBIDDEN}")
+string(REPLACE "|" ";" forbidden "${FORBIDDEN}")
 set(res "")
-foreach(p IN LISTS FORBIDDEN)
+foreach(p IN LISTS forbidden)
   if(p STREQUAL "" OR p STREQUAL "/")
     continue()
   endif()
@@ -75,7 +72,7 @@ execute_process(COMMAND grep ${grep_args} ${PREFIX}
                 RESULT_VARIABLE rc OUTPUT_VARIABLE hits ERROR_VARIABLE err)
 if(rc EQUAL 0)
   string(SUBSTRING "${hits}" 0 3000 hits)
-  fail("the installed tree names a path of the build machine (${FORBIDDEN}):\n${hits}")
+  string(APPEND errors "\n  the installed tree names a path of the build machine (${FORBIDDEN}):\n${hits}")
 elseif(NOT rc EQUAL 1)
   message(FATAL_ERROR "grep failed (${rc}): ${err}")
 endif()
@@ -83,20 +80,19 @@ endif()
 # -- 3. the exported targets ---------------------------------------------------
 file(GLOB targets ${PREFIX}/lib/cmake/QsessionProjection/QsessionProjectionTargets*.cmake)
 if(NOT targets)
-  fail("no QsessionProjectionTargets*.cmake in ${PREFIX}/lib/cmake/QsessionProjection")
+  string(APPEND errors "\n  no QsessionProjectionTargets*.cmake in ${PREFIX}/lib/cmake/QsessionProjection")
 endif()
 foreach(t IN LISTS targets)
   file(READ ${t} text)
   string(FIND "${text}" "$<LINK_ONLY:>" at)
   if(at GREATER -1)
     get_filename_component(name ${t} NAME)
-    fail("${name} links through an empty $<LINK_ONLY:>")
+    string(APPEND errors "\n  ${name} links through an empty $<LINK_ONLY:>")
   endif()
 endforeach()
 
 if(errors)
-  list(JOIN errors "\n  " msg)
-  message(FATAL_ERROR "the installed package is not whole and clean:\n  ${msg}")
+  message(FATAL_ERROR "the installed package is not whole and clean:${errors}")
 endif()
 message(STATUS "installed package whole and clean: ${cited} cited examples present, "
                "no build-machine path (${FORBIDDEN}) outside *.a, no empty $<LINK_ONLY:>")
