@@ -29,30 +29,25 @@ class logger;
 namespace qsp {
 
 
-/// The projection's public handle.
-/// - `status`: a snapshot, with per-partition progress.
-/// - `pull`: the PULL_SESSION_LIST gate: a user's conversations, newest first
-///   (at most `limit`), or ec::not_ready until every partition reached H0.
-/// - `subscribe` / `unsubscribe`: status pushes.  Subscribers are monitored
-///   and dropped when they terminate.
-/// - `assign` / `revoke` (projection.ownership = host; the group mode uses
-///   them itself): take partitions on, or give them up.  `assign` answers
-///   once the added partitions are claimed (a newer ownership epoch fences
-///   their former owner), verified and consuming from their checkpoints;
-///   `revoke` once nothing of those partitions runs any more: unconfirmed
-///   batches are abandoned without a checkpoint.  Partitions outside
-///   [0, partition-count) or another ownership mode: ec::invalid_config.
-/// - `shutdown`: stops the projection; answers caf::ok_atom once every actor
-///   and every blocking call of it has stopped, or ec::shutting_down after
-///   projection.shutdown-timeout.  The projection is gone either way.
-using projection_actor = qsp::typed_actor<
-  caf::result<projection_status>(atom::status),
-  caf::result<caf::ok_atom>(atom::assign, std::vector<int32_t>),
-  caf::result<caf::ok_atom>(atom::revoke, std::vector<int32_t>),
-  caf::result<session_list>(atom::pull, std::string, uint32_t),
-  caf::result<void>(atom::subscribe, status_listener),
-  caf::result<void>(atom::unsubscribe, status_listener),
-  caf::result<caf::ok_atom>(atom::shutdown)>;
+// The projection's public handle, qsp::projection_actor, is declared in
+// qsession/projection/types.hpp with its public type ID (in the block
+// `qsp_handles`), so a host sends it typed, e.g. to re-bind its front:
+// mail(self, my_rebind_atom_v, proj).send(front).
+// - `status`: a snapshot, with per-partition progress.
+// - `pull`: the PULL_SESSION_LIST gate: a user's conversations, newest first
+//   (at most `limit`), or ec::not_ready until every partition reached H0.
+// - `subscribe` / `unsubscribe`: status pushes.  Subscribers are monitored
+//   and dropped when they terminate.
+// - `assign` / `revoke` (projection.ownership = host; the group mode uses
+//   them itself): take partitions on, or give them up.  `assign` answers
+//   once the added partitions are claimed (a newer ownership epoch fences
+//   their former owner), verified and consuming from their checkpoints;
+//   `revoke` once nothing of those partitions runs any more: unconfirmed
+//   batches are abandoned without a checkpoint.  Partitions outside
+//   [0, partition-count) or another ownership mode: ec::invalid_config.
+// - `shutdown`: stops the projection; answers caf::ok_atom once every actor
+//   and every blocking call of it has stopped, or ec::shutting_down after
+//   projection.shutdown-timeout.  The projection is gone either way.
 
 /// Registers the projection's message types and its error renderer (CAF
 /// prints `qsp` errors by name) with a host's config, before the system is

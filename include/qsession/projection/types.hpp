@@ -234,11 +234,26 @@ namespace qsp {
 /// projection; the status names its topic and namespace.
 using status_listener = qsp::typed_actor<caf::result<void>(atom::status, projection_status)>;
 
+/// The projection's public handle (qsession/projection/projection.hpp says
+/// what each message does).  Declared here for its type ID: a host sends it
+/// in its own messages as it is (a front re-bound after a restart), not as
+/// a caf::actor.
+using projection_actor = qsp::typed_actor<
+  caf::result<projection_status>(atom::status),
+  caf::result<caf::ok_atom>(atom::assign, std::vector<int32_t>),
+  caf::result<caf::ok_atom>(atom::revoke, std::vector<int32_t>),
+  caf::result<session_list>(atom::pull, std::string, uint32_t),
+  caf::result<void>(atom::subscribe, status_listener),
+  caf::result<void>(atom::unsubscribe, status_listener),
+  caf::result<caf::ok_atom>(atom::shutdown)>;
+
 } // namespace qsp
 
-// Handles whose interfaces use the atoms above.
+// Handles whose interfaces use the atoms above.  (Registered with the other
+// blocks by qsp::register_types.)
 CAF_BEGIN_TYPE_ID_BLOCK(qsp_handles, caf::id_block::qsp::end)
   CAF_ADD_TYPE_ID(qsp_handles, (qsp::status_listener))
+  CAF_ADD_TYPE_ID(qsp_handles, (qsp::projection_actor))
 CAF_END_TYPE_ID_BLOCK(qsp_handles)
 
 QSP_ERROR_CODE_ENUM(qsp::ec, "qsp")
