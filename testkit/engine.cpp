@@ -7,12 +7,12 @@
 
 namespace qsp::test {
 
-log_ptr quiet_log() {
+log_ptr quiet_log(const std::string& tag) {
   if (std::getenv("QSP_TEST_LOG") != nullptr)
-    return std::make_shared<const projection_log>(nullptr, "[test] ");
+    return std::make_shared<const projection_log>(nullptr, tag);
   auto l = std::make_shared<spdlog::logger>("qsp-test");
   l->set_level(spdlog::level::off);
-  return std::make_shared<const projection_log>(l, "[test] ");
+  return std::make_shared<const projection_log>(l, tag);
 }
 
 caf::behavior status_recorder(caf::event_based_actor*,
@@ -53,6 +53,19 @@ engine::engine(int32_t partitions, std::function<void(caf::actor_system_config&)
   settings.identity_check_min_gap = 0ms;
   // Status TTLs and the projection's wall clock run on the test clock.
   world->now_ms = [this] { return wall_ms(); };
+  // CAF 1.x: a message of a type without a meta object is held back by the
+  // runtime (it would crash CAF): a failure that names what to do.
+  rt.on_unregistered([this](const std::string& what) {
+    violation(unregistered_text(what + " (held back, never delivered)"));
+  });
+}
+
+std::string engine::unregistered_text(const std::string& what) {
+  return "[host types registered] " + what
+         + ": a host type whose type-ID block is not registered in the kit's actor system. "
+           "Register the block before the system exists, in kit_options::configure (in "
+           "run_schedule: schedule_host::configure): qsp::add_type_blocks<caf::id_block::"
+           "<the host's block>>(cfg) (docs/TESTING.md, section 4)";
 }
 
 engine::~engine() {
@@ -84,9 +97,14 @@ void engine::start(projection_options opts) {
     settings.partition_count = world->partition_count();
   if (!listener)
     listener = sys.spawn(status_recorder, seen);
-  if (!opts.logs)
-    opts.logs = log_to_stderr ? std::make_shared<const projection_log>(nullptr, "[test] ")
-                              : quiet_log();
+  if (!opts.logs) {
+    // Tagged as spawn_projection tags a projection's lines (docs/EMBEDDING.md:
+    // "[<topic> <namespace>] ", with the node id in the clustered modes).
+    auto tag = projection_log::tag_of(settings.topic, settings.ns,
+                                      settings.clustered() ? settings.node_id : std::string{});
+    opts.logs = log_to_stderr ? std::make_shared<const projection_log>(nullptr, tag)
+                              : quiet_log(tag);
+  }
   if (!opts.wall_clock)
     opts.wall_clock = [this] { return wall_ms(); };
   {

@@ -57,8 +57,9 @@ namespace qsp::test {
 
 using namespace std::chrono_literals;
 
-/// The projection's log in tests: silent unless QSP_TEST_LOG is set.
-log_ptr quiet_log();
+/// The projection's log in tests: silent unless QSP_TEST_LOG is set; each
+/// line starts with `tag`.
+log_ptr quiet_log(const std::string& tag = "[test] ");
 
 /// Records every status notification.  (Function actors get their state as
 /// spawn arguments: in CAF 0.17 a function actor spawned without arguments
@@ -274,6 +275,9 @@ struct engine {
   }
   const std::optional<core::dispatch>& decoded(int32_t p, int64_t off);
   void violation(std::string what);
+  /// The failure for a host type not registered in the kit's actor system:
+  /// `what` carried it; the text names the hooks that register it.
+  static std::string unregistered_text(const std::string& what);
   /// Reports the invariant violations not reported yet (once each).
   void report();
   /// A failure message; the CAF fixture prints it and fails the test.

@@ -61,6 +61,9 @@ struct kit::impl : engine {
     }
     settings.topic = o.topic;
     settings.ns = o.ns;
+    // The configured values from the start (the engine would fill the
+    // partition count only at start()).
+    settings.partition_count = world->partition_count();
     if (o.reader)
       host_reader = [w = world, layer = o.reader]() -> caf::expected<std::shared_ptr<dispatch_log>> {
         auto simulated = make_fake_ports(w)->make_dispatch_log();
@@ -101,6 +104,45 @@ struct kit::impl : engine {
       if (!rt.run_first(holds<atom::status, projection_status>))
         break;
       after_job();
+    }
+    report();
+  }
+
+  /// start() and restart() return as the other calls do (docs/TESTING.md
+  /// §2): the actors the on_start hooks spawned (ids above `hooks_from`)
+  /// have started, the projection took the subscriptions sent so far (the
+  /// kit's and theirs) and every subscriber has its first push.  Nothing
+  /// else runs, and the clock does not move: the projection's own actors
+  /// have not begun (no verification, no Redis call yet).
+  void deliver_start(caf::actor_id hooks_from) {
+    auto hooks_to = hooks_from;
+    // The hooks' actors start (and run whatever they were sent), and the
+    // actors they spawn meanwhile with them; the projection's supervisor
+    // has not run yet, so every actor above `hooks_from` is the host's.
+    for (size_t n = 0; n < 100000 && violations.empty()
+                       && rt.run_first_of([&](caf::abstract_actor* a) { return a->id() > hooks_from; });
+         ++n)
+      after_job();
+    hooks_to = sys.latest_actor_id();
+    auto target = caf::actor_cast<caf::abstract_actor*>(proj);
+    for (size_t n = 0; n < 100000 && violations.empty(); ++n) {
+      // The supervisor takes the subscriptions (after starting, which
+      // spawns its children: they do not run here), pushing the status to
+      // each new subscriber; the hooks' actors take their pushes.
+      if (rt.run_first([&](caf::abstract_actor* a, const caf::message& m) {
+            return a == target && holds<atom::subscribe, status_listener>(a, m);
+          })) {
+        after_job();
+        continue;
+      }
+      if (rt.run_first([&](caf::abstract_actor* a, const caf::message& m) {
+            return (a->id() > hooks_from && a->id() <= hooks_to)
+                   || holds<atom::status, projection_status>(a, m);
+          })) {
+        after_job();
+        continue;
+      }
+      break;
     }
     report();
   }
@@ -177,8 +219,10 @@ void kit::start() {
   ++d_->starts;
   if (d_->starts > 1)
     d_->note("projection #" + std::to_string(d_->starts) + " (a new handle)");
+  auto before_hooks = d_->sys.latest_actor_id();
   for (auto& hook : d_->start_hooks)
     hook(*this);
+  d_->deliver_start(before_hooks);
 }
 
 void kit::on_start(std::function<void(kit&)> hook) {
@@ -338,6 +382,14 @@ void kit::add_invariant(const std::string& name, invariant_check check) {
     {name, [this, check = std::move(check)] { return check(*this); }});
 }
 
+caf::error kit::unregistered(const std::string& types, const std::string& where) {
+  auto what = engine::unregistered_text(where + " carries " + types + " (nothing was sent)");
+  d_->note("not sent: " + where + " carries " + types + ", not registered");
+  d_->violation(what);
+  d_->report();
+  return caf::make_error(ec::invalid_config, "testkit: " + what);
+}
+
 // -- the dispatch log ----------------------------------------------------------------
 
 int64_t kit::produce(int32_t p, const std::string& conversation, int64_t created_at,
@@ -415,7 +467,13 @@ void kit::recreate_topic() {
 void kit::add_partitions(int32_t n) {
   lock g{d_->world->mtx};
   d_->note("add " + std::to_string(n) + " partitions");
+  // Before the first start the settings' count follows the topic (unless
+  // the test set one of its own); after it, it is what the node was
+  // configured with, and the added partitions are refused.
+  bool follows = d_->starts == 0 && d_->settings.partition_count == d_->world->partition_count();
   d_->world->add_partitions(n);
+  if (follows)
+    d_->settings.partition_count = d_->world->partition_count();
 }
 
 void kit::unclean_truncate(int32_t p, int64_t to) {
@@ -665,12 +723,13 @@ bool kit::check_invariants() {
 }
 
 std::string kit::explain() const {
-  if (d_->failures.empty() && d_->violations.empty() && d_->soft.empty())
+  if (d_->violations.empty() && d_->soft.empty())
     return {};
+  // Every violation once, then what the last wait did not get, the state and
+  // the last events, once.  (The engine's failure reports, d_->failures,
+  // carry the events too: printing them here printed the events twice.)
   std::string out;
-  for (auto& f : d_->failures) // the invariant reports, with their events
-    out += f + "\n";
-  if (d_->failures.empty() && !d_->violations.empty())
+  if (!d_->violations.empty())
     out += "invariant violated:\n" + d_->violations_text();
   for (auto& f : d_->soft)
     out += f + "\n";

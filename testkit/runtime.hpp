@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "caf/actor_clock.hpp"
 #include "caf/actor_system.hpp"
@@ -53,6 +54,14 @@ public:
 
   /// Drops every pending message and timer (before the system goes away).
   void drop_all();
+
+  /// CAF 1.x: `report` gets what arrived whenever a message for one of the
+  /// system's scheduled actors carries a type ID the process has no meta
+  /// object for (a host type whose type-ID block was not registered).  Such
+  /// a message is held back: never delivered and never destroyed, since
+  /// CAF 1.x can do neither without the meta object (it crashes).  CAF
+  /// 0.17 carries those types within a process and never calls it.
+  void on_unregistered(std::function<void(const std::string&)> report);
 
 private:
   struct impl;

@@ -3,10 +3,14 @@
 #include "testkit/runtime.hpp"
 
 #include <algorithm>
+#include <unordered_set>
+#include <vector>
 
 #include "caf/atom.hpp"
 #include "caf/scheduled_actor.hpp"
 #include "caf/scheduler/test_coordinator.hpp"
+#include "caf/send.hpp"
+#include "caf/weak_intrusive_ptr.hpp"
 
 #include "qsession/projection/projection.hpp"
 
@@ -36,15 +40,44 @@ struct runtime::impl {
     sched.clock().time_per_unit.emplace(caf::atom("batch"), caf::timespan{1000});
     sched.clock().current_time += std::chrono::hours(1);
   }
+  /// Remembers the actor of the job about to run (see terminate_all).
+  void track(caf::resumable* job) {
+    if (auto* a = dynamic_cast<caf::abstract_actor*>(job); a != nullptr && seen.insert(a->id()).second)
+      actors.emplace_back(a->ctrl());
+  }
+  void track_first() {
+    if (!sched.jobs.empty())
+      track(sched.jobs.front());
+  }
+
+  /// Ends every actor that ever ran and is still alive, while the system
+  /// exists: a handle that outlives the kit (a host's, in a closure of its
+  /// schedule_options) then releases a terminated actor.  An actor still
+  /// running when its system is gone crashes when its last handle goes
+  /// (its cleanup reaches the destroyed system's clock).
+  void terminate_all() {
+    for (auto& w : actors)
+      if (auto a = caf::actor_cast<caf::actor>(w.lock()))
+        caf::anon_send_exit(a, caf::exit_reason::kill);
+    for (size_t n = 0; n < 1000000; ++n) {
+      track_first();
+      if (!sched.try_run_once())
+        break;
+    }
+  }
+
   caf::actor_system_config cfg;
   caf::actor_system sys;
   caf::scheduler::test_coordinator& sched;
+  std::unordered_set<caf::actor_id> seen;
+  std::vector<caf::weak_actor_ptr> actors;
 };
 
 runtime::runtime(const std::function<void(caf::actor_system_config&)>& configure)
   : impl_(std::make_unique<impl>(configure)) {}
 
 runtime::~runtime() {
+  impl_->terminate_all();
   // Actors a test spawned and left running (a host's own) must not keep the
   // system's destructor waiting for ever: nothing runs them any more.
   impl_->sys.await_actors_before_shutdown(false);
@@ -53,9 +86,17 @@ runtime::~runtime() {
 caf::actor_system& runtime::system() { return impl_->sys; }
 caf::actor_system_config& runtime::config() { return impl_->cfg; }
 
-bool runtime::run_once() { return impl_->sched.try_run_once(); }
+bool runtime::run_once() {
+  impl_->track_first();
+  return impl_->sched.try_run_once();
+}
 
-size_t runtime::run() { return impl_->sched.run(); }
+size_t runtime::run() {
+  size_t n = 0;
+  while (run_once())
+    ++n;
+  return n;
+}
 
 bool runtime::has_pending() { return impl_->sched.has_job(); }
 
@@ -77,6 +118,7 @@ bool runtime::run_first(
   if (i == jobs.end())
     return false;
   std::rotate(jobs.begin(), i, i + 1);
+  impl_->track_first();
   impl_->sched.run_once();
   return true;
 }
@@ -90,6 +132,7 @@ bool runtime::run_first_of(const std::function<bool(caf::abstract_actor*)>& matc
   if (i == jobs.end())
     return false;
   std::rotate(jobs.begin(), i, i + 1);
+  impl_->track_first();
   impl_->sched.run_once();
   return true;
 }
@@ -99,5 +142,7 @@ void runtime::advance_time(caf::timespan d) { impl_->sched.advance_time(d); }
 caf::actor_clock::time_point runtime::now() const { return impl_->sched.clock().now(); }
 
 void runtime::drop_all() {}
+
+void runtime::on_unregistered(std::function<void(const std::string&)>) {}
 
 } // namespace qsp::test

@@ -13,9 +13,12 @@
 #include "testkit/runtime.hpp"
 
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
+#include <unordered_set>
+#include <vector>
 
 #include "caf/abstract_mailbox.hpp"
 #include "caf/action.hpp"
@@ -25,12 +28,14 @@
 #include "caf/detail/actor_system_access.hpp"
 #include "caf/detail/actor_system_config_access.hpp"
 #include "caf/detail/mailbox_factory.hpp"
+#include "caf/detail/meta_object.hpp"
 #include "caf/detail/sync_request_bouncer.hpp"
 #include "caf/disposable.hpp"
 #include "caf/mailbox_element.hpp"
 #include "caf/resumable.hpp"
 #include "caf/scheduled_actor.hpp"
 #include "caf/scheduler.hpp"
+#include "caf/send.hpp"
 
 #include "qsession/projection/caf_compat.hpp"
 #include "qsession/projection/projection.hpp"
@@ -44,9 +49,26 @@ namespace {
 /// stays first until its mailbox is empty (as CAF's test_coordinator).
 using job_list = std::deque<caf::resumable*>;
 
+/// Where the mailboxes report a message they hold back (runtime::on_unregistered).
+using unregistered_sink = std::shared_ptr<std::function<void(const std::string&)>>;
+
 class mailbox final : public caf::ref_counted, public caf::abstract_mailbox {
 public:
+  mailbox(caf::scheduled_actor* owner, unregistered_sink sink)
+    : owner_(owner), sink_(std::move(sink)) {}
+
   caf::intrusive::inbox_result push_back(caf::mailbox_element_ptr ptr) override {
+    // A type without a meta object (a host's block not registered): CAF
+    // can neither deliver nor destroy the message (either dereferences the
+    // missing meta object: a segmentation fault).  Report it and keep it.
+    if (auto missing = missing_meta_objects(ptr->payload); !missing.empty()) {
+      if (sink_ && *sink_)
+        (*sink_)("a message to " + std::string{owner_->name()} + " #"
+                 + std::to_string(owner_->id()) + " carries type ID " + missing
+                 + ", which has no meta object in this process");
+      (void) ptr.release(); // held back for good, never destroyed
+      return caf::intrusive::inbox_result::success;
+    }
     if (closed_) {
       caf::detail::sync_request_bouncer bouncer;
       bouncer(*ptr);
@@ -111,6 +133,16 @@ public:
   const std::deque<caf::mailbox_element_ptr>& queue() const { return queue_; }
 
 private:
+  static std::string missing_meta_objects(const caf::message& msg) {
+    std::string out;
+    for (auto id : msg.types())
+      if (caf::detail::global_meta_object_or_null(id) == nullptr)
+        out += (out.empty() ? "" : ", ") + std::to_string(id);
+    return out;
+  }
+
+  caf::scheduled_actor* owner_;
+  unregistered_sink sink_;
   bool blocked_ = false;
   bool closed_ = false;
   std::deque<caf::mailbox_element_ptr> queue_;
@@ -118,10 +150,17 @@ private:
 
 class mailbox_factory final : public caf::detail::mailbox_factory {
 public:
-  caf::abstract_mailbox* make(caf::scheduled_actor*) override { return new mailbox; }
+  explicit mailbox_factory(unregistered_sink sink) : sink_(std::move(sink)) {}
+
+  caf::abstract_mailbox* make(caf::scheduled_actor* owner) override {
+    return new mailbox(owner, sink_);
+  }
 
   /// Blocking actors (a scoped_actor) keep CAF's own mailbox.
   caf::abstract_mailbox* make(caf::blocking_actor*) override { return nullptr; }
+
+private:
+  unregistered_sink sink_;
 };
 
 class det_clock final : public caf::actor_clock {
@@ -181,14 +220,15 @@ private:
 };
 
 caf::actor_system_config& prepare(caf::actor_system_config& cfg,
-                                  const std::function<void(caf::actor_system_config&)>& configure) {
+                                  const std::function<void(caf::actor_system_config&)>& configure,
+                                  unregistered_sink sink) {
   if (configure)
     configure(cfg);
   register_types(cfg);
   cfg.set("caf.logger.file.verbosity", "quiet");
   cfg.set("caf.logger.console.verbosity", "quiet");
   caf::detail::actor_system_config_access{cfg}.mailbox_factory(
-    std::make_unique<mailbox_factory>());
+    std::make_unique<mailbox_factory>(std::move(sink)));
   return cfg;
 }
 
@@ -214,9 +254,10 @@ const mailbox* mailbox_of(caf::resumable* job) {
 
 struct runtime::impl {
   explicit impl(const std::function<void(caf::actor_system_config&)>& configure)
-    : sys(prepare(cfg, configure), &jobs) {}
+    : sys(prepare(cfg, configure, sink), &jobs) {}
 
   ~impl() {
+    terminate_all();
     // Nothing runs any more: drop what is pending, so that actors nobody
     // references end, and do not let the system's destructor wait for the
     // ones a test left running (a host's own): nothing would run them.
@@ -227,9 +268,29 @@ struct runtime::impl {
 
   det_clock& the_clock() { return dynamic_cast<det_clock&>(sys.clock()); }
 
+  /// Remembers the actor of a job about to run (see terminate_all).
+  void track(caf::resumable* job) {
+    if (auto* a = dynamic_cast<caf::abstract_actor*>(job); a != nullptr && seen.insert(a->id()).second)
+      actors.emplace_back(a->ctrl());
+  }
+
+  /// Ends every actor that ever ran and is still alive, while the system
+  /// exists: a handle that outlives the kit (a host's, in a closure of its
+  /// schedule_options) then releases a terminated actor.  An actor still
+  /// running when its system is gone crashes when its last handle goes
+  /// (its cleanup reaches the destroyed system).
+  void terminate_all() {
+    for (auto& w : actors)
+      if (auto a = caf::actor_cast<caf::actor>(w.lock()))
+        caf::anon_send_exit(a, caf::exit_reason::kill);
+    for (size_t n = 0; n < 1000000 && !jobs.empty(); ++n)
+      run(jobs.begin());
+  }
+
   /// Runs the job at `i` for one message (as test_coordinator::try_run_once).
   bool run(job_list::iterator i) {
     auto* job = *i;
+    track(job);
     jobs.erase(i);
     switch (job->resume(&sys.scheduler(), 1)) {
       case caf::resumable::resume_later:
@@ -245,8 +306,11 @@ struct runtime::impl {
     return true;
   }
 
-  /// Declared before the system: it outlives it.
+  /// Declared before the system: they outlive it.
   job_list jobs;
+  std::unordered_set<caf::actor_id> seen;
+  std::vector<caf::weak_actor_ptr> actors;
+  unregistered_sink sink = std::make_shared<std::function<void(const std::string&)>>();
   caf::actor_system_config cfg;
   det_system sys;
 };
@@ -308,6 +372,10 @@ caf::actor_clock::time_point runtime::now() const {
 void runtime::drop_all() {
   impl_->the_clock().drop();
   det_scheduler::drop_jobs(impl_->jobs);
+}
+
+void runtime::on_unregistered(std::function<void(const std::string&)> report) {
+  *impl_->sink = std::move(report);
 }
 
 } // namespace qsp::test

@@ -105,7 +105,10 @@ private:
     for (int32_t p = 0; p < opts_.partitions; ++p)
       for (int i = between(0, 3); i > 0; --i)
         produce(p);
-    // The host's actors (again after every restart) and its invariants.
+    // The host's per-schedule hook, once, on this fresh kit before its first
+    // start; then its actors (again after every restart) and its invariants.
+    if (opts_.host.begin)
+      opts_.host.begin(k_);
     k_.on_start(opts_.host.start);
     for (auto& [name, check] : opts_.host.invariants)
       k_.add_invariant(name, check);

@@ -714,4 +714,213 @@ TEST(KitHost, AHostInvariantIsCheckedAfterEveryStepAndNamed) {
   EXPECT_NE(why.find("last events"), std::string::npos) << why;
 }
 
+// -- the edges a host team met (the installed package and the docs alone) ------------
+
+size_t count_of(const std::string& text, const std::string& part) {
+  size_t n = 0;
+  for (auto at = text.find(part); at != std::string::npos; at = text.find(part, at + 1))
+    ++n;
+  return n;
+}
+
+// start() and restart() return as the other calls do: the hooks' actors
+// have started, the projection took their subscriptions and each has its
+// first push.  Nothing else ran: the clock stands, the projection has not
+// begun verifying.
+TEST(KitHost, StartAndRestartDeliverTheFirstPushToTheHooksActors) {
+  kit k;
+  fill(k, 3);
+  std::vector<std::shared_ptr<test_front::record>> logs;
+  std::vector<caf::actor> fronts;
+  k.on_start([&](kit& kk) {
+    logs.push_back(std::make_shared<test_front::record>());
+    fronts.push_back(test_front::spawn(kk, logs.back()));
+  });
+  auto t0 = k.elapsed();
+  auto writes = k.redis_writes();
+  k.start();
+  ASSERT_EQ(logs.size(), 1u);
+  EXPECT_EQ(logs[0]->pushes, 1u) << "start() returned before the hook's front had its first push";
+  ASSERT_EQ(k.statuses().size(), 1u);
+  EXPECT_EQ(k.state(), k.statuses().front().state);
+  EXPECT_FALSE(k.ready());
+  EXPECT_EQ(k.elapsed(), t0);
+  EXPECT_EQ(k.redis_writes(), writes);
+  ASSERT_TRUE(k.run_until_ready()) << k.explain();
+  auto pushes = k.statuses().size();
+  ASSERT_TRUE(k.restart()) << k.explain();
+  ASSERT_EQ(logs.size(), 2u);
+  EXPECT_TRUE(logs[0]->down);
+  EXPECT_EQ(logs[1]->pushes, 1u) << "restart() returned before the new front had its first push";
+  // The kit's own view is the new projection's: not the old one's "stopped".
+  ASSERT_GT(k.statuses().size(), pushes);
+  EXPECT_NE(k.state(), "stopped");
+  EXPECT_FALSE(k.ready());
+  ASSERT_TRUE(k.run_until_ready()) << k.explain();
+  EXPECT_GE(logs[1]->pushes, 2u);
+}
+
+// settings() answers the configured values before start(), not zeros the
+// engine would fill in only when it spawns the projection.
+TEST(Kit, SettingsAnswerTheConfiguredValuesBeforeStart) {
+  kit_options o;
+  o.partitions = 5;
+  o.topic = "orders";
+  o.ns = "tenant_b";
+  kit k{o};
+  EXPECT_EQ(k.settings().partition_count, 5);
+  EXPECT_EQ(k.settings().topic, "orders");
+  EXPECT_EQ(k.settings().ns, "tenant_b");
+  // Partitions added before the first start: the settings follow the topic.
+  k.add_partitions(1);
+  EXPECT_EQ(k.settings().partition_count, 6);
+  k.produce(5, "conv-new", 1000, {"alice"});
+  k.start();
+  ASSERT_TRUE(k.run_until_ready()) << k.explain();
+  EXPECT_EQ(k.score("alice", "conv-new"), 1000);
+  EXPECT_EQ(k.settings().partition_count, 6);
+  // After it they are what the node was configured with (AddedPartitionsAreRefused).
+  k.add_partitions(1);
+  EXPECT_EQ(k.settings().partition_count, 6);
+}
+
+// A count the test set itself is kept.
+TEST(Kit, ASettingTheTestMadeIsKept) {
+  kit k;
+  k.settings().partition_count = 2;
+  k.add_partitions(1);
+  EXPECT_EQ(k.settings().partition_count, 2);
+}
+
+/// A host's front that is re-bound to a projection sent to it typed.
+caf::behavior rebinder(caf::event_based_actor* self, std::shared_ptr<qsp::projection_actor> bound) {
+  return {
+    [self, bound](const qsp::projection_actor& proj) -> caf::result<std::string> {
+      *bound = proj;
+      auto rp = self->make_response_promise<std::string>();
+      qsp::mail(self, qsp::atom::status_v)
+        .request(proj, caf::infinite)
+        .then([rp](const qsp::projection_status& st) mutable { rp.deliver(st.topic); },
+              [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+      return rp;
+    },
+  };
+}
+
+// The projection's handle has a public type ID: a host sends it typed (a
+// front re-bound after a restart), not as a caf::actor.
+TEST(KitHost, TheProjectionHandleIsSentTyped) {
+  static_assert(caf::type_id<qsp::projection_actor>::value >= caf::id_block::qsp_handles::begin
+                  && caf::type_id<qsp::projection_actor>::value < caf::id_block::qsp_handles::end,
+                "qsp::projection_actor has a type ID in the public block qsp_handles");
+  kit k;
+  fill(k, 2);
+  auto bound = std::make_shared<qsp::projection_actor>();
+  auto front = k.system().spawn(rebinder, bound);
+  k.start();
+  auto got = k.request<std::string>(front, k.projection());
+  ASSERT_TRUE(got) << qsp::describe(got.error()) << k.explain();
+  EXPECT_EQ(*got, "dispatch");
+  EXPECT_EQ(*bound, k.projection());
+  ASSERT_TRUE(k.restart()) << k.explain();
+  got = k.request<std::string>(front, k.projection());
+  ASSERT_TRUE(got) << qsp::describe(got.error()) << k.explain();
+  EXPECT_EQ(*bound, k.projection());
+  EXPECT_FALSE(k.failed()) << k.explain();
+}
+
+// A failure shows its last events once (they were printed twice: once with
+// the invariant's report and again after the state).
+TEST(Kit, AFailureShowsItsLastEventsOnce) {
+  kit k;
+  fill(k, 3);
+  k.add_invariant("zed never gets a session", [](const kit& kk) -> std::string {
+    return kk.score("zed", "forbidden") ? "zed/forbidden is in Redis" : "";
+  });
+  k.start();
+  ASSERT_TRUE(k.run_until_ready()) << k.explain();
+  k.produce(1, "forbidden", 5000, {"zed"});
+  EXPECT_FALSE(k.run_until_offset(1, k.log_end(1)));
+  ASSERT_TRUE(k.failed());
+  auto why = k.explain();
+  EXPECT_EQ(count_of(why, "last events:"), 1u) << why;
+  EXPECT_EQ(count_of(why, "[zed never gets a session] zed/forbidden is in Redis"), 1u) << why;
+  auto produced = "produce partition 1 offset " + std::to_string(k.log_end(1) - 1);
+  EXPECT_EQ(count_of(why, produced), 1u) << why;
+  EXPECT_EQ(count_of(why, "state: "), 1u) << why;
+}
+
+/// The projection's log (kit_options::log) while it starts, is ready and
+/// stops, as captured from stderr.
+std::string captured_log(kit_options o, bool host_owned) {
+  o.log = true;
+  testing::internal::CaptureStderr();
+  {
+    kit k{o};
+    if (host_owned) {
+      k.settings().ownership = qsp::ownership_mode::host;
+      k.settings().node_id = "node-a";
+    }
+    fill(k, 2);
+    k.start();
+    if (host_owned)
+      k.assign({0, 1, 2});
+    k.run_until_ready();
+    k.stop();
+  }
+  return testing::internal::GetCapturedStderr();
+}
+
+// The kit's log lines carry the tag the node's do: "[<topic> <namespace>] "
+// ("[<topic> <namespace> <node_id>] " in the clustered modes), not "[test] ".
+TEST(Kit, LogLinesCarryTheTopicAndNamespaceTag) {
+  kit_options o;
+  o.topic = "orders";
+  o.ns = "tenant_b";
+  auto out = captured_log(o, false);
+  EXPECT_GT(count_of(out, "[orders tenant_b] "), 3u) << out;
+  EXPECT_EQ(count_of(out, "[test] "), 0u) << out;
+  // Every line the projection logged is tagged.
+  size_t lines = 0;
+  for (size_t at = 0, next; at < out.size(); at = next + 1) {
+    next = out.find('\n', at);
+    if (next == std::string::npos)
+      next = out.size();
+    auto line = out.substr(at, next - at);
+    if (line.empty())
+      continue;
+    ++lines;
+    EXPECT_NE(line.find("[orders tenant_b] "), std::string::npos) << line;
+  }
+  EXPECT_GT(lines, 3u);
+  auto clustered = captured_log(o, true);
+  EXPECT_GT(count_of(clustered, "[orders tenant_b node-a] "), 3u) << clustered;
+  EXPECT_EQ(count_of(clustered, "[test] "), 0u) << clustered;
+}
+
+/// A host actor that never quits by itself; `ended` turns true when it
+/// terminates.
+caf::behavior long_lived(caf::event_based_actor* self, std::shared_ptr<bool> ended) {
+  self->attach_functor([ended](const caf::error&) { *ended = true; });
+  return {[](const std::string& x) { return x; }};
+}
+
+// A host actor still alive when the kit goes is ended with it: a handle
+// kept past the kit (a caf::actor in a closure of schedule_options) is
+// harmless.  (Before, releasing it crashed with a bare segmentation fault:
+// the actor's cleanup reached its destroyed system.)
+TEST(KitHost, AHostActorHandleThatOutlivesTheKitIsHarmless) {
+  auto ended = std::make_shared<bool>(false);
+  caf::actor kept;
+  {
+    kit k;
+    kept = k.system().spawn(long_lived, ended);
+    auto echoed = k.request<std::string>(kept, std::string{"hi"});
+    ASSERT_TRUE(echoed) << qsp::describe(echoed.error());
+    EXPECT_FALSE(*ended);
+  }
+  EXPECT_TRUE(*ended) << "the kit left its actor running past its actor system";
+  kept = nullptr; // the last handle, after the system is gone
+}
+
 } // namespace

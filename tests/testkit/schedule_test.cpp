@@ -343,3 +343,63 @@ TEST(Finding2, TheFixEndsReadyAndThePreFixRuleRefusesForEver) {
   qsp::mutant::activate(qsp::mutant::id::none);
   EXPECT_EQ(before, "refused");
 }
+
+// -- the host's per-schedule hook, and what a failing schedule prints ---------------
+
+namespace {
+
+size_t occurrences(const std::string& text, const std::string& part) {
+  size_t n = 0;
+  for (auto at = text.find(part); at != std::string::npos; at = text.find(part, at + 1))
+    ++n;
+  return n;
+}
+
+} // namespace
+
+// schedule_host::begin runs once per schedule, on that schedule's kit,
+// before its first start (a host no longer guesses a new schedule from
+// k.starts() == 1); the start hook runs after it, on the same kit.
+TEST(HostSchedules, BeginRunsOncePerScheduleBeforeItsFirstStart) {
+  struct seen {
+    std::vector<const qsp::testkit::kit*> begun;
+    std::vector<size_t> starts_at_begin;
+    size_t starts = 0, starts_on_other_kits = 0;
+  };
+  auto s = std::make_shared<seen>();
+  schedule_options o;
+  o.host.begin = [s](qsp::testkit::kit& k) {
+    s->begun.push_back(&k);
+    s->starts_at_begin.push_back(k.starts());
+  };
+  o.host.start = [s](qsp::testkit::kit& k) {
+    ++s->starts;
+    if (s->begun.empty() || s->begun.back() != &k)
+      ++s->starts_on_other_kits;
+  };
+  size_t restarts = 0;
+  for (uint64_t seed = 1; seed <= 3; ++seed) {
+    auto r = run_schedule(seed, 60, o);
+    EXPECT_TRUE(r.ok) << r.failure;
+    restarts += r.restarts;
+  }
+  ASSERT_EQ(s->begun.size(), 3u);
+  EXPECT_EQ(s->starts_at_begin, (std::vector<size_t>{0, 0, 0}));
+  EXPECT_EQ(s->starts, 3 + restarts);
+  EXPECT_EQ(s->starts_on_other_kits, 0u);
+}
+
+// A failing schedule prints its last events once.
+TEST(HostSchedules, AFailurePrintsItsLastEventsOnce) {
+  schedule_options o;
+  auto checks = std::make_shared<size_t>(0);
+  o.host.invariants.emplace_back("breaks at its 300th check", [checks](const qsp::testkit::kit&) {
+    return ++*checks == 300 ? std::string{"broken on purpose"} : std::string{};
+  });
+  auto r = run_schedule(1, 200, o);
+  ASSERT_FALSE(r.ok);
+  EXPECT_EQ(occurrences(r.failure, "[breaks at its 300th check] broken on purpose"), 1u)
+    << r.failure;
+  EXPECT_EQ(occurrences(r.failure, "last events:"), 1u) << r.failure;
+  EXPECT_EQ(occurrences(r.failure, "state: "), 1u) << r.failure;
+}

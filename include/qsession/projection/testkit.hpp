@@ -39,6 +39,15 @@
 #include "caf/expected.hpp"
 #include "caf/sec.hpp"
 #include "caf/timespan.hpp"
+#include "caf/type_id.hpp"
+#if CAF_MAJOR_VERSION >= 1
+#  include "caf/detail/meta_object.hpp"
+#else
+#  include <typeinfo>
+
+#  include "caf/detail/is_complete.hpp"
+#  include "caf/uniform_type_info_map.hpp"
+#endif
 
 #include "qsession/projection/projection.hpp"
 #include "qsession/projection/reader.hpp"
@@ -62,9 +71,13 @@ struct kit_options {
   /// whenever the test calls check_invariants()).
   bool check_every_step = true;
   /// Runs on the actor system's config before the system exists: a host
-  /// registers its own message types here.
+  /// registers its own message types here
+  /// (qsp::add_type_blocks<caf::id_block::host>(cfg)).  A host type sent
+  /// without it is named, not a crash: see request_within().
   std::function<void(caf::actor_system_config&)> configure;
-  /// Print the projection's log to stderr (also: QSP_TEST_LOG=1).
+  /// Print the projection's log to stderr (also: QSP_TEST_LOG=1).  Every
+  /// line starts with "[<topic> <namespace>] " ("[<topic> <namespace>
+  /// <node_id>] " in the clustered modes), as the node's lines do.
   bool log = false;
   /// A host's own reader layer (qsession/projection/reader.hpp) over the
   /// simulated broker: called once per generation with the kit's simulated
@@ -97,6 +110,45 @@ void asker(caf::event_based_actor* self, std::shared_ptr<std::optional<caf::expe
     .then([out](T& x) { *out = std::move(x); }, [out](caf::error& e) { *out = std::move(e); });
 }
 
+/// `T`'s name and type ID if the kit's actor system cannot carry it in a
+/// message because its type-ID block was not registered (kit_options::
+/// configure, schedule_host::configure); "" if it can.  (CAF 1.x keeps one
+/// meta object per type ID per process and cannot even destroy a message
+/// of a type without one; CAF 0.17 registers per configuration, and a type
+/// of a block it was not given is not known to the system.)
+template <class T>
+std::string unregistered_type(caf::actor_system& sys) {
+#if CAF_MAJOR_VERSION >= 1
+  (void) sys;
+  if (caf::detail::global_meta_object_or_null(caf::type_id_v<T>) != nullptr)
+    return {};
+  return std::string{caf::type_name_v<T>} + " (type ID " + std::to_string(caf::type_id_v<T>) + ")";
+#else
+  // Only types of a type-ID block can be registered by one; CAF's own
+  // (below first_custom_type_id) and atoms need nothing on 0.17.
+  if constexpr (caf::detail::is_complete<caf::type_id<T>>::value) {
+    if (caf::type_id<T>::value < caf::first_custom_type_id
+        || &sys.types().portable_name(0, &typeid(T)) != &sys.types().default_type_name())
+      return {};
+    return std::string{caf::type_name<T>::value} + " (type ID "
+           + std::to_string(caf::type_id<T>::value) + ")";
+  } else {
+    (void) sys;
+    return {};
+  }
+#endif
+}
+
+/// The unregistered ones of `Ts...` (above), comma-separated.
+template <class... Ts>
+std::string unregistered_types(caf::actor_system& sys) {
+  std::string out;
+  for (auto& name : {unregistered_type<Ts>(sys)...})
+    if (!name.empty())
+      out += (out.empty() ? "" : ", ") + name;
+  return out;
+}
+
 } // namespace detail
 
 /// One simulated world and one projection over it, on a manual clock.
@@ -117,14 +169,24 @@ public:
   // -- the system and the projection ---------------------------------------------
 
   /// The deterministic actor system: spawn the host's own actors here; they
-  /// run when the kit runs (run(), advance(), run_until...).
+  /// run when the kit runs (run(), advance(), run_until...).  Actors still
+  /// alive when the kit is destroyed are ended with it (exit reason kill),
+  /// so a handle kept past the kit is harmless.
   caf::actor_system& system();
   /// The projection's settings (topic, namespace, ownership, timeouts...):
-  /// change them before start().  Defaults suit the simulation: 5 ms idle
-  /// poll, 100 ms first backoff.
+  /// change them before start().  They hold the configured values from the
+  /// kit's construction on: topic and ns are the kit's, partition_count the
+  /// topic's (kit_options::partitions; add_partitions() before the first
+  /// start moves it along, unless the test set a count of its own).
+  /// Defaults suit the simulation: 5 ms idle poll, 100 ms first backoff.
   projection_settings& settings();
   /// Spawns the projection (verifying, catching up, ready), then runs the
-  /// on_start() hooks with its handle.
+  /// on_start() hooks with its handle.  Returns as the kit's other calls
+  /// do, once every status push sent so far was delivered: the hooks'
+  /// actors have started, the projection took the subscriptions sent so
+  /// far (the kit's and theirs) and each subscriber has its first push.
+  /// Nothing else runs and the clock does not move: the projection has not
+  /// begun verifying (no broker or Redis call yet).
   void start();
   /// `hook` runs every time the kit spawns a projection: at start() and at
   /// every restart(), whose projection is a new actor with a new handle
@@ -137,9 +199,12 @@ public:
   bool stop();
   /// A restart of the node: stop, then start (pipelined writes whose
   /// replies were not read are lost with their connection); false as stop().
+  /// Returns as start() does: the new projection's first push delivered to
+  /// the kit and to the actors the on_start() hooks spawned.
   bool restart();
   /// The projection's handle (valid after start(); a new one after every
-  /// restart(): see on_start()).
+  /// restart(): see on_start()).  It has a public type ID (qsp_handles): a
+  /// host sends it to its own actors typed, e.g. to re-bind a front.
   projection_actor projection() const;
   /// How many projections the kit spawned (start() and every restart()).
   size_t starts() const;
@@ -218,8 +283,16 @@ public:
   caf::expected<T> request(const Handle& whom, Ts... xs) {
     return request_within<T>(std::chrono::seconds{10}, whom, std::move(xs)...);
   }
+  /// The request's and the answer's types must be registered in the kit's
+  /// actor system (a host's own: kit_options::configure, in run_schedule
+  /// schedule_host::configure).  One that is not is named: nothing is sent,
+  /// the answer is an error (ec::invalid_config) naming the type and the
+  /// hook, and the kit has failed (failed(), explain()), as after a broken
+  /// invariant.
   template <class T, class Handle, class... Ts>
   caf::expected<T> request_within(caf::timespan limit, const Handle& whom, Ts... xs) {
+    if (auto missing = detail::unregistered_types<Ts..., T>(system()); !missing.empty())
+      return unregistered(missing, "a request (kit::request)");
     auto out = std::make_shared<std::optional<caf::expected<T>>>();
     system().spawn(detail::asker<T, Handle, Ts...>, out, whom, limit, std::move(xs)...);
     // The request's own timeout answers at `limit` at the latest.
@@ -232,6 +305,11 @@ public:
   /// named as theirs are: explain() says "[name] what broke", failed()
   /// turns true, every run_until... stops.
   void add_invariant(const std::string& name, invariant_check check);
+  /// (request_within) Reports host types that are not registered in the
+  /// kit's actor system: `types` names them, `where` what would have sent
+  /// them.  The kit fails ("[host types registered] ..." in explain());
+  /// returns the error the request answers.
+  caf::error unregistered(const std::string& types, const std::string& where);
 
   // -- the dispatch log (Kafka) --------------------------------------------------------
 
@@ -355,7 +433,8 @@ public:
   bool check_invariants();
   /// What went wrong: every invariant violation so far, and what the last
   /// waiting call (run_until_*, assign, revoke, stop, model_equals_redis)
-  /// did not get; with the state and the last 20 events.  "" if nothing.
+  /// did not get; then the state and the last 20 events (once each).  ""
+  /// if nothing.
   std::string explain() const;
   /// True once an invariant broke (for good: the projection did something
   /// it must never do).  A condition not reached is only that call's false.
@@ -379,10 +458,19 @@ private:
 struct schedule_host {
   /// Runs on each schedule's configuration before its system exists, as
   /// kit_options::configure: register the host's type-ID block here
-  /// (qsp::add_type_blocks<caf::id_block::host>(cfg)).  Required on CAF 1.x
-  /// when start or step sends the host's own types: CAF 1.x cannot even
-  /// destroy a message of a type it has no meta object for.
+  /// (qsp::add_type_blocks<caf::id_block::host>(cfg)) when begin, start or
+  /// step sends the host's own types.  Without it the schedule fails,
+  /// naming the type and this hook ("[host types registered] ..."): a
+  /// k.request carrying one sends nothing, and on CAF 1.x any other message
+  /// of such a type is held back (CAF 1.x cannot deliver, nor even destroy,
+  /// a message of a type it has no meta object for: it would crash).
   std::function<void(caf::actor_system_config&)> configure;
+  /// Runs once per schedule, with the schedule's own new kit, before its
+  /// first start (and before the first `start`): the schedule's settings
+  /// are made (ownership, timeouts) and its first records produced.  Reset
+  /// the host's per-schedule records here, or add on_start hooks and
+  /// invariants of this schedule's own (k.on_start, k.add_invariant).
+  std::function<void(kit&)> begin;
   /// Runs every time the schedule's kit spawns a projection (the first
   /// start and every restart; kit::on_start): spawn the host's actors in
   /// k.system() in front of k.projection().
