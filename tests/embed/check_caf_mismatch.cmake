@@ -1,6 +1,7 @@
 # cmake -DCASE=host|dependency|unset -DEMBED_DIR=... -DBUILT=<the build's CAF version>
 #       -DOTHER=<major.minor of the other CAF> [-DOTHER_CAF_DIR=<CAF 1.x>/lib/cmake/CAF]
-#       -DHOST_SRC=.../caf_mismatch -DGENERATOR=... -DCXX=... -P check_caf_mismatch.cmake
+#       -DHOST_SRC=.../caf_mismatch -DGENERATOR=... -DMAKE_PROGRAM=... -DCXX=...
+#       -P check_caf_mismatch.cmake
 # Configures the host of caf_mismatch/ with the other CAF against the
 # installed, moved package (fixture embed_install) and passes if the
 # configure fails with the package config's error naming both versions.
@@ -24,7 +25,13 @@ elseif(CASE STREQUAL "dependency" AND OTHER_CAF_DIR)
   get_filename_component(other_prefix ${OTHER_CAF_DIR}/../../.. ABSOLUTE)
   list(APPEND args -DHOST_CAF=none -DCMAKE_PREFIX_PATH=${prefix} -DOTHER_PREFIX=${other_prefix})
 elseif(CASE STREQUAL "unset")
-  list(APPEND args -DHOST_CAF=none -DCMAKE_PREFIX_PATH=${prefix})
+  # A CAF 1.x in a system prefix (/usr/local), one next to a PATH entry or
+  # in a package registry would be found without the host naming it: only
+  # the package's prefix is searched (so the build tool is named).
+  list(APPEND args -DHOST_CAF=none -DCMAKE_PREFIX_PATH=${prefix}
+       -DCMAKE_MAKE_PROGRAM=${MAKE_PROGRAM} -DCMAKE_FIND_USE_SYSTEM_ENVIRONMENT_PATH=OFF
+       -DCMAKE_FIND_USE_CMAKE_SYSTEM_PATH=OFF -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF
+       -DCMAKE_FIND_USE_SYSTEM_PACKAGE_REGISTRY=OFF)
 else()
   message(FATAL_ERROR "CASE must be host, dependency or unset (dependency needs OTHER_CAF_DIR)")
 endif()
