@@ -25,6 +25,7 @@
 //   - the identity fence: no checkpoint is written past what the consumers
 //     had fetched when the last answered identity read *started*, since the
 //     last assignment.
+// (The journal and the checks are defined in testkit/invariants.cpp.)
 // Violations are collected and reported through on_failure() with the last
 // events that led to them.
 #pragma once

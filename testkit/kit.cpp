@@ -1,204 +1,10 @@
 // The public test kit (qsession/projection/testkit.hpp): a facade over the
 // engine (testkit/engine.hpp) and the simulated world (testkit/world/world.hpp).
-#include "qsession/projection/testkit.hpp"
-
-#include <algorithm>
-
-#include "caf/mailbox_element.hpp"
-#include "caf/scheduled_actor.hpp"
-#include "caf/send.hpp"
-
-#include "messages/actors.hpp"
-#include "testkit/engine.hpp"
+// The kit's lifecycle, running and checks; the world's calls are in
+// kit_world.cpp.
+#include "testkit/kit_impl.hpp"
 
 namespace qsp::testkit {
-
-using test::engine;
-using lock = std::lock_guard<std::recursive_mutex>;
-
-namespace {
-
-std::string list(const std::vector<int32_t>& xs) {
-  std::string out;
-  for (auto x : xs)
-    out += (out.empty() ? "" : ",") + std::to_string(x);
-  return out;
-}
-
-
-/// Sends one ownership request and journals its answer.
-void ownership_request(caf::event_based_actor* self, std::shared_ptr<std::string> answer,
-                       projection_actor target, bool assign, std::vector<int32_t> parts) {
-  auto what = std::string{assign ? "assign " : "revoke "} + list(parts);
-  auto req = assign ? qsp::mail(self, atom::assign_v, parts).request(target, caf::infinite)
-                    : qsp::mail(self, atom::revoke_v, parts).request(target, caf::infinite);
-  std::move(req).then([answer, what](caf::ok_atom) { *answer = what + " answered ok"; },
-           [answer, what](caf::error& e) { *answer = what + " answered " + describe(e); });
-}
-
-/// True if `job` is an actor with a message (Ts...) in its mailbox.  (The
-/// kit's only look into CAF's scheduler beyond driving it: which actors
-/// still hold a status push.)
-template <class... Ts>
-bool holds(caf::abstract_actor*, const caf::message& msg) {
-  return msg.match_elements<Ts...>();
-}
-
-} // namespace
-
-struct kit::impl : engine {
-  impl(const kit_options& o) : engine(o.partitions, o.configure), opts(o) {
-    check_every_job = o.check_every_step;
-    incremental = true;
-    seed = o.seed;
-    {
-      lock g{world->mtx};
-      world->topic = o.topic;
-      world->ns = o.ns;
-      world->lazy_pipeline = true;
-      if (o.redis_shards > 0)
-        world->make_redis_cluster(o.redis_shards);
-    }
-    settings.topic = o.topic;
-    settings.ns = o.ns;
-    // The configured values from the start (the engine would fill the
-    // partition count only at start()).
-    settings.partition_count = world->partition_count();
-    if (o.reader)
-      host_reader = [w = world, layer = o.reader]() -> caf::expected<std::shared_ptr<dispatch_log>> {
-        auto simulated = make_fake_ports(w)->make_dispatch_log();
-        if (!simulated)
-          return simulated.error();
-        return layer(std::move(*simulated));
-      };
-    if (o.redis_shards > 0) {
-      // Redis Cluster mode: the namespace is a hash tag (docs/DESIGN.md §15).
-      if (settings.ns.empty() || settings.ns.front() != '{')
-        settings.ns = "{" + settings.ns + "}";
-      lock g{world->mtx};
-      world->ns = settings.ns;
-      for (int32_t i = 0; i < o.redis_shards; ++i)
-        settings.redis.cluster_nodes.push_back("127.0.0.1:" + std::to_string(7000 + i));
-    }
-  }
-
-  void on_failure(const std::string& msg) override { failures.push_back(msg); }
-  void on_check() override { journal_answers(); }
-  /// The kit's listener gets each push right after the job that sent it:
-  /// the kit's view (state(), ready()) is never behind the projection's gate.
-  void on_job() override {
-    if (!listener)
-      return;
-    auto target = caf::actor_cast<caf::abstract_actor*>(listener);
-    for (int i = 0; i < 10000 && rt.run_first_of([&](caf::abstract_actor* a) { return a == target; });
-         ++i)
-      ;
-  }
-
-  /// Runs the actors that still hold a status push (a host's listeners),
-  /// each until it took its pushes, without moving the clock and without
-  /// running anything else: when a kit call returns, every subscriber has
-  /// the pushes the kit's view has.
-  void deliver_pushes() {
-    for (size_t n = 0; n < 100000 && violations.empty(); ++n) {
-      if (!rt.run_first(holds<atom::status, projection_status>))
-        break;
-      after_job();
-    }
-    report();
-  }
-
-  /// start() and restart() return as the other calls do (docs/TESTING.md
-  /// §2): the actors the on_start hooks spawned (ids above `hooks_from`)
-  /// have started, the projection took the subscriptions sent so far (the
-  /// kit's and theirs) and every subscriber has its first push.  Nothing
-  /// else runs, and the clock does not move: the projection's own actors
-  /// have not begun (no verification, no Redis call yet).
-  void deliver_start(caf::actor_id hooks_from) {
-    auto hooks_to = hooks_from;
-    // The hooks' actors start (and run whatever they were sent), and the
-    // actors they spawn meanwhile with them; the projection's supervisor
-    // has not run yet, so every actor above `hooks_from` is the host's.
-    for (size_t n = 0; n < 100000 && violations.empty()
-                       && rt.run_first_of([&](caf::abstract_actor* a) { return a->id() > hooks_from; });
-         ++n)
-      after_job();
-    hooks_to = sys.latest_actor_id();
-    auto target = caf::actor_cast<caf::abstract_actor*>(proj);
-    for (size_t n = 0; n < 100000 && violations.empty(); ++n) {
-      // The supervisor takes the subscriptions (after starting, which
-      // spawns its children: they do not run here), pushing the status to
-      // each new subscriber; the hooks' actors take their pushes.
-      if (rt.run_first([&](caf::abstract_actor* a, const caf::message& m) {
-            return a == target && holds<atom::subscribe, status_listener>(a, m);
-          })) {
-        after_job();
-        continue;
-      }
-      if (rt.run_first([&](caf::abstract_actor* a, const caf::message& m) {
-            return (a->id() > hooks_from && a->id() <= hooks_to)
-                   || holds<atom::status, projection_status>(a, m);
-          })) {
-        after_job();
-        continue;
-      }
-      break;
-    }
-    report();
-  }
-
-  /// Asks the projection, moving the clock while nothing is runnable.
-  template <class T, class... Ts>
-  caf::expected<T> ask_timed(caf::timespan limit, Ts... xs) {
-    if (!proj)
-      return caf::make_error(ec::unspecified, "testkit: the projection is not started");
-    auto res = ask_of<T>(proj, limit, xs...);
-    deliver_pushes();
-    return res;
-  }
-
-  bool until(const std::function<bool()>& done, caf::timespan limit, const std::string& what) {
-    soft.clear();
-    auto ticks = static_cast<size_t>(limit / settings.idle_poll) + 1;
-    bool reached = drive(done, ticks, true);
-    deliver_pushes();
-    if (reached && violations.empty())
-      return true;
-    if (violations.empty())
-      soft.push_back("not reached within " + std::to_string(limit / std::chrono::milliseconds{1})
-                         + " ms of simulated time: " + what + "; " + summary());
-    return false;
-  }
-
-  /// An ownership request whose answer is journaled when it comes.
-  void async_request(bool assign, const std::vector<int32_t>& parts) {
-    if (!proj)
-      return;
-    auto answer = std::make_shared<std::string>();
-    answers.push_back(answer);
-    sys.spawn(ownership_request, answer, proj, assign, parts);
-  }
-
-  /// Journals the answers that came since the last call.
-  void journal_answers() {
-    for (auto i = answers.begin(); i != answers.end();)
-      if (!(*i)->empty()) {
-        note(**i);
-        i = answers.erase(i);
-      } else {
-        ++i;
-      }
-  }
-
-  kit_options opts;
-  std::vector<std::function<void(kit&)>> start_hooks;
-  size_t starts = 0;
-  /// What the last waiting call (run_until_*, assign, revoke, stop,
-  /// model_equals_redis) did not get: in explain(), not in failed().
-  std::vector<std::string> soft;
-  std::vector<std::shared_ptr<std::string>> answers;
-};
-
 
 kit::kit(kit_options opts) : d_(std::make_unique<impl>(opts)) {
   d_->log_to_stderr = opts.log || std::getenv("QSP_TEST_LOG") != nullptr;
@@ -258,30 +64,30 @@ projection_actor kit::projection() const { return d_->proj; }
 
 bool kit::assign(const std::vector<int32_t>& partitions) {
   d_->soft.clear();
-  d_->note("assign " + list(partitions));
+  d_->note("assign " + internal::list(partitions));
   auto res = d_->ask_timed<caf::ok_atom>(std::chrono::seconds{60}, atom::assign_v, partitions);
   if (!res)
-    d_->soft.push_back("assign " + list(partitions) + ": " + describe(res.error()));
+    d_->soft.push_back("assign " + internal::list(partitions) + ": " + describe(res.error()));
   return static_cast<bool>(res);
 }
 
 bool kit::revoke(const std::vector<int32_t>& partitions) {
   d_->soft.clear();
-  d_->note("revoke " + list(partitions));
+  d_->note("revoke " + internal::list(partitions));
   auto res = d_->ask_timed<caf::ok_atom>(std::chrono::seconds{60}, atom::revoke_v, partitions);
   if (!res)
-    d_->soft.push_back("revoke " + list(partitions) + ": " + describe(res.error()));
+    d_->soft.push_back("revoke " + internal::list(partitions) + ": " + describe(res.error()));
   return static_cast<bool>(res);
 }
 
 
 void kit::assign_async(const std::vector<int32_t>& partitions) {
-  d_->note("assign " + list(partitions) + " (not waiting)");
+  d_->note("assign " + internal::list(partitions) + " (not waiting)");
   d_->async_request(true, partitions);
 }
 
 void kit::revoke_async(const std::vector<int32_t>& partitions) {
-  d_->note("revoke " + list(partitions) + " (not waiting)");
+  d_->note("revoke " + internal::list(partitions) + " (not waiting)");
   d_->async_request(false, partitions);
 }
 
@@ -368,7 +174,7 @@ void kit::repeat_status(int times) {
   auto target = caf::actor_cast<caf::abstract_actor*>(d_->proj);
   for (size_t n = 0; n < 100000 && d_->violations.empty()
                      && d_->rt.run_first([&](caf::abstract_actor* a, const caf::message& m) {
-                          return a == target && holds<atom::repeat>(a, m);
+                          return a == target && internal::holds<atom::repeat>(a, m);
                         });
        ++n)
     d_->after_job();
@@ -388,314 +194,6 @@ caf::error kit::unregistered(const std::string& types, const std::string& where)
   d_->violation(what);
   d_->report();
   return caf::make_error(ec::invalid_config, "testkit: " + what);
-}
-
-// -- the dispatch log ----------------------------------------------------------------
-
-int64_t kit::produce(int32_t p, const std::string& conversation, int64_t created_at,
-                     const std::vector<std::string>& recipients) {
-  lock g{d_->world->mtx};
-  auto off = d_->world->append(p, conversation, created_at, recipients);
-  d_->note("produce partition " + std::to_string(p) + " offset " + std::to_string(off));
-  return off;
-}
-
-int64_t kit::produce_raw(int32_t p, const std::string& value) {
-  lock g{d_->world->mtx};
-  auto off = d_->world->append_raw(p, value);
-  d_->note("produce raw record at partition " + std::to_string(p) + " offset "
-           + std::to_string(off));
-  return off;
-}
-
-int64_t kit::begin_transaction(int32_t p) {
-  lock g{d_->world->mtx};
-  auto txn = d_->world->begin_txn(p);
-  d_->note("begin transaction " + std::to_string(txn) + " on partition " + std::to_string(p));
-  return txn;
-}
-
-int64_t kit::produce_in(int32_t p, int64_t txn, const std::string& conversation,
-                        int64_t created_at, const std::vector<std::string>& recipients) {
-  lock g{d_->world->mtx};
-  core::dispatch d;
-  d.conversation_id = conversation;
-  d.created_at = created_at;
-  d.recipients = recipients;
-  auto off = d_->world->append_txn(p, txn, d);
-  d_->note("produce in transaction " + std::to_string(txn) + " at partition "
-           + std::to_string(p) + " offset " + std::to_string(off));
-  return off;
-}
-
-int64_t kit::commit(int32_t p, int64_t txn) {
-  lock g{d_->world->mtx};
-  d_->note("commit transaction " + std::to_string(txn));
-  return d_->world->commit_txn(p, txn);
-}
-
-int64_t kit::abort(int32_t p, int64_t txn) {
-  lock g{d_->world->mtx};
-  d_->note("abort transaction " + std::to_string(txn));
-  return d_->world->abort_txn(p, txn);
-}
-
-void kit::delete_records(int32_t p, int64_t before) {
-  lock g{d_->world->mtx};
-  d_->note("delete records of partition " + std::to_string(p) + " below " + std::to_string(before));
-  // Retention past records the projection had checkpointed keeps them in
-  // the model (Redis holds what they gave); past others it does not.
-  auto cp = d_->world->checkpoint(p);
-  auto low = d_->world->part(p).low;
-  if (low < before) {
-    if (cp && *cp >= before && (d_->retained.count(p) != 0 || low == 0))
-      d_->retained.insert(p);
-    else
-      d_->retained.erase(p);
-  }
-  d_->world->truncate(p, before);
-}
-
-void kit::recreate_topic() {
-  lock g{d_->world->mtx};
-  d_->note("recreate the topic");
-  for (int32_t p = 0; p < d_->world->partition_count(); ++p)
-    d_->retire(p, 0);
-  d_->world->recreate_topic();
-}
-
-void kit::add_partitions(int32_t n) {
-  lock g{d_->world->mtx};
-  d_->note("add " + std::to_string(n) + " partitions");
-  // Before the first start the settings' count follows the topic (unless
-  // the test set one of its own); after it, it is what the node was
-  // configured with, and the added partitions are refused.
-  bool follows = d_->starts == 0 && d_->settings.partition_count == d_->world->partition_count();
-  d_->world->add_partitions(n);
-  if (follows)
-    d_->settings.partition_count = d_->world->partition_count();
-}
-
-void kit::unclean_truncate(int32_t p, int64_t to) {
-  lock g{d_->world->mtx};
-  d_->note("unclean leader election: partition " + std::to_string(p) + " truncated to "
-           + std::to_string(to));
-  d_->retire(p, to);
-  d_->world->unclean_truncate(p, to);
-}
-
-void kit::broker_down() {
-  lock g{d_->world->mtx};
-  d_->note("broker down");
-  d_->world->broker_down = true;
-}
-
-void kit::broker_up() {
-  lock g{d_->world->mtx};
-  d_->note("broker up");
-  d_->world->broker_down = false;
-}
-
-void kit::broker_slow(caf::timespan delay) {
-  lock g{d_->world->mtx};
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(delay).count();
-  d_->note("broker delivers records after " + std::to_string(ms) + " ms");
-  d_->world->broker_delay_ms = ms;
-}
-
-void kit::broker_errors(int64_t n) {
-  lock g{d_->world->mtx};
-  d_->note("broker: the next " + std::to_string(n) + " requests fail");
-  d_->world->broker_errors(n);
-}
-
-int64_t kit::log_start(int32_t p) const {
-  lock g{d_->world->mtx};
-  return d_->world->part(p).low;
-}
-
-int64_t kit::log_end(int32_t p) const {
-  lock g{d_->world->mtx};
-  return d_->world->end(p);
-}
-
-int64_t kit::last_stable_offset(int32_t p) const {
-  lock g{d_->world->mtx};
-  return d_->world->lso(p);
-}
-
-int32_t kit::partition_count() const {
-  lock g{d_->world->mtx};
-  return d_->world->partition_count();
-}
-
-// -- Redis ---------------------------------------------------------------------------
-
-void kit::redis_down() {
-  lock g{d_->world->mtx};
-  d_->note("Redis down");
-  d_->world->redis_down = true;
-}
-
-void kit::redis_up() {
-  lock g{d_->world->mtx};
-  d_->note("Redis up");
-  d_->world->redis_down = false;
-}
-
-void kit::redis_freeze() {
-  lock g{d_->world->mtx};
-  d_->note("Redis frozen");
-  d_->world->redis_frozen = true;
-}
-
-void kit::redis_release() {
-  lock g{d_->world->mtx};
-  d_->note("Redis released");
-  d_->world->redis_frozen = false;
-}
-
-void kit::redis_error_reply() {
-  lock g{d_->world->mtx};
-  d_->note("Redis: the next ZADD gets an error reply");
-  d_->world->reply_error_fault.arm(1);
-}
-
-size_t kit::redis_failover(size_t writes) {
-  lock g{d_->world->mtx};
-  auto n = d_->world->redis_rollback(writes);
-  d_->note("Redis failover: " + std::to_string(n) + " writes rolled back");
-  d_->rebase();
-  d_->rolled_back = d_->state() == "ready";
-  return n;
-}
-
-size_t kit::redis_writes() const {
-  lock g{d_->world->mtx};
-  return d_->world->redis_writes();
-}
-
-bool kit::redis_evict(const std::string& key) {
-  lock g{d_->world->mtx};
-  auto& w = *d_->world;
-  auto& prefix = d_->settings.convs_prefix;
-  if (key.compare(0, prefix.size(), prefix) == 0) {
-    auto user = key.substr(prefix.size());
-    for (int32_t p = 0; p < w.partition_count(); ++p)
-      d_->evicted[user][p] = w.end(p);
-  }
-  auto gone = w.evict(key);
-  d_->note("evict " + key + (gone ? "" : " (no such key)"));
-  d_->rebase();
-  return gone;
-}
-
-std::vector<std::string> kit::redis_keys() const {
-  lock g{d_->world->mtx};
-  return d_->world->keys();
-}
-
-std::optional<int64_t> kit::checkpoint(int32_t p) const {
-  lock g{d_->world->mtx};
-  return d_->world->checkpoint(p);
-}
-
-std::optional<int64_t> kit::score(const std::string& user, const std::string& conversation) const {
-  lock g{d_->world->mtx};
-  return d_->world->score(user, conversation);
-}
-
-std::map<std::string, std::map<std::string, int64_t>> kit::redis_sessions() const {
-  lock g{d_->world->mtx};
-  return d_->world->sessions;
-}
-
-void kit::redis_moved() {
-  lock g{d_->world->mtx};
-  d_->note("Redis Cluster: the next ZADD batch meets a MOVED");
-  d_->world->moved_fault.arm(1);
-}
-
-void kit::redis_ask() {
-  lock g{d_->world->mtx};
-  d_->note("Redis Cluster: the next ZADD batch meets an ASK");
-  d_->world->ask_fault.arm(1);
-}
-
-size_t kit::redis_shard_failover(int32_t shard, size_t writes, bool reset) {
-  lock g{d_->world->mtx};
-  auto n = d_->world->shard_failover(shard, writes, reset);
-  d_->note("Redis Cluster: shard " + std::to_string(shard) + " failed over"
-           + (writes == 0 ? std::string{" gracefully"} : std::string{}) + ", "
-           + std::to_string(n) + " writes rolled back"
-           + (reset ? std::string{} : std::string{", unnoticed until the next write there"}));
-  if (n > 0) {
-    d_->shard_failed_over(shard);
-    d_->rolled_back = d_->state() == "ready";
-  }
-  return n;
-}
-
-int32_t kit::redis_shard_of_namespace() const {
-  lock g{d_->world->mtx};
-  return d_->world->shard_of(d_->world->meta_key());
-}
-
-int32_t kit::redis_add_primary() {
-  lock g{d_->world->mtx};
-  auto i = d_->world->add_primary();
-  d_->note("Redis Cluster: a primary joined as shard " + std::to_string(i));
-  return i;
-}
-
-int32_t kit::redis_move_slots(int32_t from, int32_t to, int32_t count) {
-  lock g{d_->world->mtx};
-  auto n = d_->world->move_slots(from, to, count);
-  d_->note("Redis Cluster: " + std::to_string(n) + " slots moved from shard " + std::to_string(from)
-           + " to shard " + std::to_string(to));
-  if (n > 0)
-    d_->world->moved_fault.arm(1);
-  return n;
-}
-
-bool kit::redis_remove_primary(int32_t shard) {
-  lock g{d_->world->mtx};
-  bool ok = d_->world->remove_primary(shard);
-  d_->note("Redis Cluster: shard " + std::to_string(shard)
-           + (ok ? " emptied and removed" : " not removed (it serves the namespace's slot)"));
-  if (ok)
-    d_->world->moved_fault.arm(1);
-  return ok;
-}
-
-bool kit::redis_shard_restart_empty(int32_t shard) {
-  lock g{d_->world->mtx};
-  bool ok = d_->world->shard_restart_empty(shard);
-  d_->note("Redis Cluster: shard " + std::to_string(shard)
-           + (ok ? " restarted without its data" : " not restarted (it serves the namespace's slot)"));
-  if (ok) {
-    d_->shard_failed_over(shard);
-    d_->rolled_back = d_->state() == "ready";
-  }
-  return ok;
-}
-
-bool kit::redis_shard_copy_current(int32_t shard) const {
-  lock g{d_->world->mtx};
-  return d_->world->shard_copy_current(shard);
-}
-
-bool kit::redis_cluster_settled() const {
-  lock g{d_->world->mtx};
-  for (size_t i = 0; i < d_->world->cluster.shards.size(); ++i)
-    if (!d_->world->shard_copy_current(static_cast<int32_t>(i)))
-      return false;
-  return d_->holes.empty();
-}
-
-int32_t kit::redis_shard_count() const {
-  lock g{d_->world->mtx};
-  return static_cast<int32_t>(d_->world->cluster.shards.size());
 }
 
 // -- checks --------------------------------------------------------------------------
