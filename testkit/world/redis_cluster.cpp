@@ -4,85 +4,12 @@
 #include <cstdio>
 #include <string_view>
 
-#include "core/mutants.hpp"
+#include "testkit/world/slots.hpp"
 #include "testkit/world/world.hpp"
-
-namespace qsp::redis {
-
-// Declared in redis/cluster_map.hpp, which includes hiredis's headers: the
-// test kit is built without them.  Defined in the library (redis/cluster_map.cpp).
-uint16_t key_slot(std::string_view key) noexcept;
-
-} // namespace qsp::redis
 
 namespace qsp::test {
 
-using sim::copy_tag_of;
-using sim::lock;
-
-namespace {
-
-constexpr int64_t slot_count = 16384;
-
-using slot_ranges = std::vector<std::pair<int, int>>;
-
-slot_ranges parse_slots(std::string_view slots) {
-  slot_ranges out;
-  while (!slots.empty()) {
-    auto comma = slots.find(',');
-    auto item = slots.substr(0, comma);
-    slots = comma == std::string_view::npos ? std::string_view{} : slots.substr(comma + 1);
-    auto dash = item.find('-');
-    auto first = core::parse_decimal(item.substr(0, dash));
-    auto last = dash == std::string_view::npos ? first : core::parse_decimal(item.substr(dash + 1));
-    if (first && last)
-      out.emplace_back(static_cast<int>(*first), static_cast<int>(*last));
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-std::string format_slots(slot_ranges r) {
-  std::sort(r.begin(), r.end());
-  // Adjacent ranges are one.
-  slot_ranges merged;
-  for (auto& x : r)
-    if (!merged.empty() && merged.back().second + 1 >= x.first)
-      merged.back().second = std::max(merged.back().second, x.second);
-    else
-      merged.push_back(x);
-  std::string out;
-  for (auto& [a, b] : merged)
-    out += (out.empty() ? "" : ",") + (a == b ? std::to_string(a)
-                                              : std::to_string(a) + "-" + std::to_string(b));
-  return out;
-}
-
-bool in_ranges(const slot_ranges& r, int slot) {
-  return std::any_of(r.begin(), r.end(),
-                     [&](const std::pair<int, int>& x) { return x.first <= slot && slot <= x.second; });
-}
-
-/// Whether `slots` (a shard_report's "a-b,c,...") names `slot`.
-bool serves(std::string_view slots, uint16_t slot) {
-  return in_ranges(parse_slots(slots), slot);
-}
-
-/// Whether every slot of `now` is in `then`.
-bool covers(const slot_ranges& then, const slot_ranges& now) {
-  for (auto& [a, b] : now)
-    for (int x = a; x <= b; ++x)
-      if (!in_ranges(then, x))
-        return false;
-  return true;
-}
-
-} // namespace
-
-std::string sim::copy_tag_of(const core::shard_report& sh) {
-  auto r = parse_slots(sh.slots);
-  return r.empty() ? std::string{} : std::to_string(r.front().first);
-}
+using namespace sim;
 
 fake_world& simulated_redis_cluster::world() { return static_cast<fake_world&>(*this); }
 
@@ -175,14 +102,11 @@ std::string simulated_redis_cluster::next_node_id() {
   return id;
 }
 
-size_t simulated_redis_cluster::shard_failover(int32_t shard, size_t n, bool reset) {
-  lock g{mtx};
-  adopt_fixture_copies();
-  if (shard < 0 || static_cast<size_t>(shard) >= cluster.shards.size())
-    return 0;
+size_t simulated_redis_cluster::lose_writes(int32_t shard, size_t n) {
+  auto& journal = world().journal_;
   size_t affected = 0;
-  for (size_t i = world().journal_.size(); i-- > 0 && affected < n;) {
-    auto& undo_list = world().journal_[i].undo;
+  for (size_t i = journal.size(); i-- > 0 && affected < n;) {
+    auto& undo_list = journal[i].undo;
     bool touched = false;
     for (size_t j = undo_list.size(); j-- > 0;)
       if (shard_of(undo_list[j]) == shard) {
@@ -194,8 +118,31 @@ size_t simulated_redis_cluster::shard_failover(int32_t shard, size_t n, bool res
       continue;
     ++affected;
     if (undo_list.empty())
-      world().journal_.erase(world().journal_.begin() + static_cast<std::ptrdiff_t>(i));
+      journal.erase(journal.begin() + static_cast<std::ptrdiff_t>(i));
   }
+  return affected;
+}
+
+int64_t simulated_redis_cluster::top_epoch() const {
+  int64_t top = 0;
+  for (auto& o : cluster.shards)
+    top = std::max({top, o.current_epoch, o.config_epoch});
+  return top;
+}
+
+void simulated_redis_cluster::take_new_epoch(size_t i) {
+  auto top = top_epoch();
+  for (auto& o : cluster.shards)
+    o.current_epoch = top + 1;
+  cluster.shards[i].config_epoch = top + 1;
+}
+
+size_t simulated_redis_cluster::shard_failover(int32_t shard, size_t n, bool reset) {
+  lock g{mtx};
+  adopt_fixture_copies();
+  if (shard < 0 || static_cast<size_t>(shard) >= cluster.shards.size())
+    return 0;
+  auto affected = lose_writes(shard, n);
   auto& sh = cluster.shards[static_cast<size_t>(shard)];
   // The replica takes over: its own node id and address.
   sh.node_id = next_node_id();
@@ -204,16 +151,141 @@ size_t simulated_redis_cluster::shard_failover(int32_t shard, size_t n, bool res
   sh.replid = next_replid();
   // The promoted replica takes a new configuration epoch, the cluster's
   // largest.
-  int64_t top = 0;
-  for (auto& o : cluster.shards)
-    top = std::max({top, o.current_epoch, o.config_epoch});
-  for (auto& o : cluster.shards)
-    o.current_epoch = top + 1;
-  sh.config_epoch = top + 1;
+  take_new_epoch(static_cast<size_t>(shard));
   if (reset)
     ++world().redis_resets;
   sync_copy_views();
   return affected;
+}
+
+size_t simulated_redis_cluster::shard_restart_from_disk(int32_t shard, size_t n, bool rdb) {
+  lock g{mtx};
+  adopt_fixture_copies();
+  if (shard < 0 || static_cast<size_t>(shard) >= cluster.shards.size())
+    return 0;
+  // What the primary's file did not hold is gone; its replicas resync from
+  // it and lose it too.
+  auto affected = lose_writes(shard, n);
+  auto& sh = cluster.shards[static_cast<size_t>(shard)];
+  auto old = sh.replid;
+  sh.replid = next_replid();
+  sh.replid2 = rdb ? old : std::string(40, '0');
+  ++world().redis_resets;
+  sync_copy_views();
+  return affected;
+}
+
+bool simulated_redis_cluster::shard_flushall(int32_t shard) {
+  lock g{mtx};
+  adopt_fixture_copies();
+  if (shard < 0 || static_cast<size_t>(shard) >= cluster.shards.size())
+    return false;
+  auto& sh = cluster.shards[static_cast<size_t>(shard)];
+  if (serves(sh.slots, redis::key_slot(world().meta_key())))
+    return false;
+  auto mine = parse_slots(sh.slots);
+  auto& w = world();
+  // One write of the shard's stream, each key noted for a rollback.
+  simulated_redis::write_scope scope{w};
+  std::vector<std::string> users;
+  for (auto& [user, set] : w.sessions)
+    if (in_ranges(mine, redis::key_slot(w.convs_prefix + user)))
+      users.push_back(user);
+  for (auto& user : users) {
+    for (auto& [conv, score] : w.sessions[user])
+      w.note_member(user, conv);
+    w.sessions.erase(user);
+  }
+  std::vector<std::string> keys;
+  for (auto& [k, h] : w.hashes)
+    if (in_ranges(mine, redis::key_slot(k)))
+      keys.push_back(k);
+  for (auto& [k, v] : w.strings)
+    if (in_ranges(mine, redis::key_slot(k)))
+      keys.push_back(k);
+  for (auto& k : keys) {
+    w.note_key(k);
+    w.hashes.erase(k);
+    w.strings.erase(k);
+    w.expires_at.erase(k);
+  }
+  std::vector<std::pair<std::string, std::string>> copies;
+  for (auto& [key, c] : copy_keys)
+    if (auto slot = core::parse_decimal(key.first);
+        slot && in_ranges(mine, static_cast<int>(*slot)))
+      copies.push_back(key);
+  for (auto& key : copies) {
+    note_copy(key);
+    copy_keys.erase(key);
+  }
+  sync_copy_views();
+  return true;
+}
+
+void simulated_redis_cluster::spend_epoch() {
+  lock g{mtx};
+  auto top = top_epoch();
+  for (auto& o : cluster.shards)
+    o.current_epoch = top + 1;
+}
+
+void simulated_redis_cluster::epoch_collision(int32_t a, int32_t b) {
+  lock g{mtx};
+  auto n = static_cast<int32_t>(cluster.shards.size());
+  if (a < 0 || b < 0 || a >= n || b >= n || a == b)
+    return;
+  auto& x = cluster.shards[static_cast<size_t>(a)];
+  auto& y = cluster.shards[static_cast<size_t>(b)];
+  y.config_epoch = x.config_epoch;
+  // clusterHandleConfigEpochCollision: the node with the smaller id takes
+  // a new epoch.
+  take_new_epoch(static_cast<size_t>(x.node_id < y.node_id ? a : b));
+}
+
+bool simulated_redis_cluster::shard_lost_and_covered(int32_t shard, int32_t to, bool bump) {
+  lock g{mtx};
+  adopt_fixture_copies();
+  auto n = static_cast<int32_t>(cluster.shards.size());
+  if (shard < 0 || to < 0 || shard >= n || to >= n || shard == to)
+    return false;
+  auto& dead = cluster.shards[static_cast<size_t>(shard)];
+  if (serves(dead.slots, redis::key_slot(world().meta_key())))
+    return false;
+  auto lost = parse_slots(dead.slots);
+  auto& w = world();
+  // Its writes leave every stream: no later rollback brings them back.
+  for (auto i = w.journal_.begin(); i != w.journal_.end();) {
+    auto& undo_list = i->undo;
+    undo_list.erase(std::remove_if(undo_list.begin(), undo_list.end(),
+                                   [&](const redis_undo& u) { return shard_of(u) == shard; }),
+                    undo_list.end());
+    i = undo_list.empty() ? w.journal_.erase(i) : std::next(i);
+  }
+  // Gone with both nodes: every key of its slots (not a write: nothing of
+  // it is in any stream that survives).
+  for (auto i = w.sessions.begin(); i != w.sessions.end();)
+    i = in_ranges(lost, redis::key_slot(w.convs_prefix + i->first)) ? w.sessions.erase(i)
+                                                                    : std::next(i);
+  for (auto i = copy_keys.begin(); i != copy_keys.end();) {
+    auto slot = core::parse_decimal(i->first.first);
+    i = slot && in_ranges(lost, static_cast<int>(*slot)) ? copy_keys.erase(i) : std::next(i);
+  }
+  auto& dst = cluster.shards[static_cast<size_t>(to)];
+  auto merged = parse_slots(dst.slots);
+  merged.insert(merged.end(), lost.begin(), lost.end());
+  dst.slots = format_slots(merged);
+  if (bump) {
+    // CLUSTER BUMPEPOCH: a new epoch unless it holds the unique largest.
+    auto top = top_epoch();
+    auto holders = std::count_if(cluster.shards.begin(), cluster.shards.end(),
+                                 [&](const core::shard_report& o) { return o.config_epoch == top; });
+    if (dst.config_epoch != top || holders > 1)
+      take_new_epoch(static_cast<size_t>(to));
+  }
+  cluster.shards.erase(cluster.shards.begin() + shard);
+  ++w.redis_resets;
+  sync_copy_views();
+  return true;
 }
 
 int32_t simulated_redis_cluster::add_primary() {
@@ -235,7 +307,8 @@ int32_t simulated_redis_cluster::add_primary() {
   return static_cast<int32_t>(cluster.shards.size() - 1);
 }
 
-int32_t simulated_redis_cluster::move_slots(int32_t from, int32_t to, int32_t count) {
+int32_t simulated_redis_cluster::move_slots(int32_t from, int32_t to, int32_t count,
+                                            bool lowest_first) {
   lock g{mtx};
   adopt_fixture_copies();
   auto n = static_cast<int32_t>(cluster.shards.size());
@@ -247,12 +320,21 @@ int32_t simulated_redis_cluster::move_slots(int32_t from, int32_t to, int32_t co
   auto have = parse_slots(src.slots);
   slot_ranges moved;
   int32_t taken = 0;
-  for (auto r = have.rbegin(); r != have.rend() && taken < count; ++r)
-    for (int x = r->second; x >= r->first && taken < count; --x)
-      if (x != home) {
-        moved.emplace_back(x, x);
-        ++taken;
-      }
+  auto take = [&](int x) {
+    if (x != home) {
+      moved.emplace_back(x, x);
+      ++taken;
+    }
+  };
+  if (lowest_first) {
+    for (auto r = have.begin(); r != have.end() && taken < count; ++r)
+      for (int x = r->first; x <= r->second && taken < count; ++x)
+        take(x);
+  } else {
+    for (auto r = have.rbegin(); r != have.rend() && taken < count; ++r)
+      for (int x = r->second; x >= r->first && taken < count; --x)
+        take(x);
+  }
   if (taken == 0)
     return 0;
   slot_ranges left;
@@ -331,220 +413,6 @@ bool simulated_redis_cluster::shard_restart_empty(int32_t shard) {
   ++world().redis_resets;
   sync_copy_views();
   return true;
-}
-
-bool simulated_redis_cluster::shard_copy_current(int32_t shard) const {
-  lock g{mtx};
-  if (shard < 0 || static_cast<size_t>(shard) >= cluster.shards.size())
-    return false;
-  auto& sh = cluster.shards[static_cast<size_t>(shard)];
-  if (sh.slots.empty())
-    return true; // it holds nothing
-  auto c = copy_keys.find({copy_tag_of(sh), sh.node_id});
-  if (c == copy_keys.end() || c->second.replid != sh.replid)
-    return false;
-  auto imp = imported_at_.find(sh.node_id);
-  return imp == imported_at_.end() || c->second.written_at > imp->second;
-}
-
-std::string simulated_redis_cluster::copy_verdict(const fake_copy& c, const core::shard_report& sh) {
-  // A copy names the history it was written in (redis/cluster_map.hpp).
-  if (!c.replid.empty()
-      && (c.replid == sh.replid || (c.replid == sh.replid2 && sh.replid2 != std::string(40, '0'))))
-    return "valid";
-  return "foreign";
-}
-
-void simulated_redis_cluster::adopt_fixture_copies() {
-  if (fixture_copies_adopted_)
-    return;
-  fixture_copies_adopted_ = true;
-  for (auto& sh : cluster.shards) {
-    if (sh.copy != "valid" && sh.copy != "foreign")
-      continue;
-    fake_copy c;
-    c.replid = sh.copy == "valid" ? (sh.copy_replid.empty() ? sh.replid : sh.copy_replid)
-                                  : next_replid();
-    c.slots = sh.slots;
-    c.cluster_epoch = sh.copy_current_epoch;
-    c.positions = sh.positions;
-    copy_keys[{copy_tag_of(sh), sh.node_id}] = std::move(c);
-  }
-}
-
-core::shard_report simulated_redis_cluster::judged_shard(size_t i) const {
-  auto r = cluster.shards[i];
-  r.copy_tag = copy_tag_of(r);
-  r.copy = "absent";
-  r.copy_replid.clear();
-  r.positions.clear();
-  r.slots_grew = false;
-  r.copy_current_epoch = -1;
-  auto take = [&](const fake_copy& c, const std::string& verdict) {
-    r.copy = verdict;
-    r.copy_replid = c.replid;
-    r.copy_current_epoch = c.cluster_epoch;
-    r.slots_grew = !covers(parse_slots(c.slots), parse_slots(r.slots));
-    r.positions.clear();
-    if (verdict == "valid")
-      r.positions = c.positions;
-  };
-  if (auto own = copy_keys.find({r.copy_tag, r.node_id}); own != copy_keys.end())
-    take(own->second, copy_verdict(own->second, r));
-  if (r.copy == "valid")
-    return r;
-  // As read_cluster_state's SCAN: on the primary itself a key counts by its
-  // history whichever node wrote it; elsewhere only one naming this
-  // primary, written in its current history.
-  auto mine = parse_slots(r.slots);
-  for (auto& [key, c] : copy_keys) {
-    auto slot = core::parse_decimal(key.first);
-    bool here = slot && in_ranges(mine, static_cast<int>(*slot));
-    if (!here && key.second != r.node_id)
-      continue;
-    auto verdict = here ? copy_verdict(c, r) : (c.replid == r.replid ? "valid" : "foreign");
-    if (verdict != "valid") {
-      if (r.copy == "absent")
-        take(c, verdict);
-      continue;
-    }
-    bool current = c.replid == r.replid;
-    bool had_current = r.copy == "valid" && r.copy_replid == r.replid;
-    if (r.copy != "valid" || (current && !had_current)) {
-      take(c, "valid");
-    } else if (had_current && !current) {
-      // the current history's copy alone (as read_cluster_state)
-    } else {
-      for (auto& [p, at] : c.positions)
-        if (at.first > r.positions[p].first)
-          r.positions[p] = at;
-      r.slots_grew = r.slots_grew && !covers(parse_slots(c.slots), mine);
-      r.copy_current_epoch = std::max(r.copy_current_epoch, c.cluster_epoch);
-    }
-  }
-  return r;
-}
-
-void simulated_redis_cluster::sync_copy_views() {
-  if (!fixture_copies_adopted_)
-    return;
-  for (size_t i = 0; i < cluster.shards.size(); ++i) {
-    auto j = judged_shard(i);
-    auto& sh = cluster.shards[i];
-    sh.copy = j.copy;
-    sh.copy_replid = j.copy_replid;
-    sh.positions = j.positions;
-    sh.copy_tag = j.copy_tag;
-  }
-}
-
-void simulated_redis_cluster::put_copy(size_t i, const std::map<int32_t, std::pair<int64_t, int32_t>>& positions) {
-  auto& sh = cluster.shards[i];
-  auto tag = copy_tag_of(sh);
-  if (tag.empty())
-    return;
-  std::pair<std::string, std::string> key{tag, sh.node_id};
-  note_copy(key);
-  auto& c = copy_keys[key];
-  c.replid = sh.replid;
-  c.slots = sh.slots;
-  c.cluster_epoch = sh.current_epoch;
-  c.written_at = world().writes_ + 1;
-  for (auto& [p, at] : positions)
-    c.positions[p] = at;
-}
-
-// -- the journal's cluster entries ----------------------------------------------------
-
-void simulated_redis_cluster::note_copy(const std::pair<std::string, std::string>& key) {
-  if (world().write_depth_ == 0 || !world().noted_copies_.insert(key).second)
-    return;
-  redis_undo u;
-  u.what = redis_undo::kind::copy;
-  u.copy_key = key;
-  if (auto i = copy_keys.find(key); i != copy_keys.end())
-    u.copy = i->second;
-  world().open_.undo.push_back(std::move(u));
-}
-
-void simulated_redis_cluster::undo_in_cluster(const redis_undo& u) {
-  auto& sessions = world().sessions;
-  auto& convs_prefix = world().convs_prefix;
-  switch (u.what) {
-    case redis_undo::kind::key:
-    case redis_undo::kind::member:
-      break;
-    case redis_undo::kind::copy:
-      if (u.copy)
-        copy_keys[u.copy_key] = *u.copy;
-      else
-        copy_keys.erase(u.copy_key);
-      break;
-    case redis_undo::kind::import: {
-      // The replica got the source's DELs but not these RESTOREs: every
-      // key of the moved slots is gone from the shard.
-      for (auto i = sessions.begin(); i != sessions.end();)
-        i = in_ranges(u.slots, redis::key_slot(convs_prefix + i->first)) ? sessions.erase(i)
-                                                                         : std::next(i);
-      for (auto i = copy_keys.begin(); i != copy_keys.end();) {
-        auto slot = core::parse_decimal(i->first.first);
-        i = slot && in_ranges(u.slots, static_cast<int>(*slot)) ? copy_keys.erase(i)
-                                                                 : std::next(i);
-      }
-      break;
-    }
-  }
-}
-
-// -- copies ---------------------------------------------------------------------------
-
-void simulated_redis_cluster::record_copy(const std::map<int32_t, std::pair<int64_t, int32_t>>& positions,
-                             bool seed, const copy_plan* per_node) {
-  copy_writes.emplace_back();
-  auto& w = copy_writes.back();
-  w.positions = positions;
-  w.seed = seed;
-  // Every entry below a copy's positions whose session set lives on that
-  // copy's shard must be in Redis already.
-  auto check = [&](const std::map<int32_t, std::pair<int64_t, int32_t>>& at_of, int32_t shard) {
-    for (auto& [p, at] : at_of) {
-      if (p < 0 || p >= world().partition_count())
-        continue;
-      for (auto& e : world().part(p).log) {
-        if (e.offset >= at.first || e.offset < world().part(p).low || e.kind != entry_kind::data)
-          continue;
-        core::dispatch d;
-        std::string why;
-        if (!core::json_decoder{}.decode(e.value, d, why))
-          continue;
-        for (auto& u : d.recipients) {
-          if (shard >= 0 && shard_of(world().convs_prefix + u) != shard)
-            continue;
-          auto sc = world().score(u, d.conversation_id);
-          if (!sc || *sc < d.created_at)
-            w.unapplied.push_back("partition " + std::to_string(p) + " offset "
-                                  + std::to_string(e.offset) + " user " + u);
-        }
-      }
-    }
-  };
-  adopt_fixture_copies();
-  if (per_node == nullptr)
-    check(positions, -1);
-  for (size_t i = 0; i < cluster.shards.size(); ++i) {
-    auto& sh = cluster.shards[i];
-    if (per_node != nullptr) {
-      // A start's copies: each primary its own positions.
-      auto at = per_node->find(sh.node_id);
-      if (at == per_node->end())
-        continue;
-      check(at->second, static_cast<int32_t>(i));
-      put_copy(i, at->second);
-      continue;
-    }
-    put_copy(i, positions);
-  }
-  sync_copy_views();
 }
 
 } // namespace qsp::test

@@ -1,10 +1,12 @@
 // The simulated Redis Cluster (docs/DESIGN.md §15): the shards of the Redis
 // room's keyspace (redis.hpp), each a primary with a replica, their slots,
 // failovers that lose writes, slot migration, primaries that join, leave or
-// restart empty, and the projection's per-primary copies (copy keys), with
-// the verdict a start reads from them.  The Redis ports' cluster parts
-// (cluster_state, refresh_copies, write_copies) are defined beside them in
-// redis_cluster.cpp.
+// restart empty or from their files, FLUSHALL, spent and colliding epochs,
+// a lost shard whose slots are covered again, and the projection's
+// per-primary copies (copy keys), with the verdict a start reads from them
+// (redis_cluster_copies.cpp).  The Redis ports' cluster parts
+// (cluster_state, refresh_copies, write_copies) are in redis_stores.cpp;
+// the slot ranges in slots.hpp.
 #pragma once
 
 #include <cstddef>
@@ -90,7 +92,9 @@ struct simulated_redis_cluster : virtual world_core {
   /// replica that got the source's DELs but not the RESTOREs).  `to` takes
   /// a new configuration epoch unless it has the largest.  Returns the
   /// number of slots moved.
-  int32_t move_slots(int32_t from, int32_t to, int32_t count);
+  /// `lowest_first`: the lowest slots instead, as redis-cli --cluster
+  /// reshard takes them (a copy key lives in its primary's lowest slot).
+  int32_t move_slots(int32_t from, int32_t to, int32_t count, bool lowest_first = false);
   /// Moves every slot of `shard` to another primary (the next one), then
   /// removes it from the cluster.  False if it is the last one.
   bool remove_primary(int32_t shard);
@@ -98,6 +102,34 @@ struct simulated_redis_cluster : virtual world_core {
   /// replid, no former history): every key in its slots is gone.  False if
   /// it serves the namespace's slot (meta and the checkpoints would go).
   bool shard_restart_empty(int32_t shard);
+  /// The primary of `shard` restarts from its own persistence, having lost
+  /// its last `n` writes (what its AOF had not synced; 0: a clean SHUTDOWN
+  /// SAVE): the same node id and address, a new replid; `rdb`: its file
+  /// carried the replication id, which it keeps as replid2 (PSYNC2 after a
+  /// master reboot, Redis 6.2 and later), else (an AOF) no former history
+  /// (replid2 zero).  Its replicas resync from it and lose what it lost;
+  /// the connections reset.  Returns the number of writes lost.
+  size_t shard_restart_from_disk(int32_t shard, size_t n, bool rdb);
+  /// FLUSHALL on the primary of `shard`: every key in its slots is deleted
+  /// and the deletion replicated (the same history), as one journaled write
+  /// of the shard (a lossy failover may undo it, as a replica that missed
+  /// it).  No connection resets.  False if it serves the namespace's slot.
+  bool shard_flushall(int32_t shard);
+  /// An election that failed (or any vote) spends an epoch: every node's
+  /// current epoch goes up by one; no primary's configuration epoch changes.
+  void spend_epoch();
+  /// Two primaries with the same configuration epoch (`b` takes `a`'s),
+  /// resolved as Redis does (clusterHandleConfigEpochCollision): the one
+  /// with the smaller node id takes a new epoch, the cluster's largest.
+  void epoch_collision(int32_t a, int32_t b);
+  /// The primary of `shard` and its replica are lost, and its slots are
+  /// covered again by `to`, empty (CLUSTER ADDSLOTS, e.g. redis-cli
+  /// --cluster fix --cluster-fix-with-unreachable-masters): every key of
+  /// those slots is gone and the shard leaves the cluster.  `bump`: then
+  /// CLUSTER BUMPEPOCH on `to` (a new epoch unless it holds the unique
+  /// largest); off: a controller running ADDSLOTS alone.  The connections
+  /// reset.  False if it serves the namespace's slot.
+  bool shard_lost_and_covered(int32_t shard, int32_t to, bool bump = true);
   /// Whether the primary of `shard` holds its own copy key, written in its
   /// current history after its last slot import: a failover of it then
   /// loses only what that copy lets a start replay.
@@ -126,6 +158,14 @@ private:
 
   fake_world& world();
   const fake_world& world() const;
+  /// Undoes, newest first, the last `n` journaled writes that touched the
+  /// keys of `shard` (only their parts on its keys); returns how many.
+  size_t lose_writes(int32_t shard, size_t n);
+  /// The largest current or configuration epoch of any primary.
+  int64_t top_epoch() const;
+  /// Shard `i` takes a new configuration epoch, the cluster's largest
+  /// (every current epoch follows).
+  void take_new_epoch(size_t i);
   /// The shard a journaled write touched (-1: none).
   int32_t shard_of(const redis_undo& u) const;
   /// The rollback of a copy key write or a slot import (simulated_redis::undo).
