@@ -95,6 +95,22 @@ void simulated_redis_cluster::wait_all_replicas() {
   world().journal_.clear();
 }
 
+void simulated_redis_cluster::wait_replicas(const std::set<std::string>& nodes) {
+  lock g{mtx};
+  std::set<int32_t> shards;
+  for (size_t i = 0; i < cluster.shards.size(); ++i)
+    if (nodes.count(cluster.shards[i].node_id) > 0)
+      shards.insert(static_cast<int32_t>(i));
+  auto& journal = world().journal_;
+  for (auto i = journal.begin(); i != journal.end();) {
+    auto& undo_list = i->undo;
+    undo_list.erase(std::remove_if(undo_list.begin(), undo_list.end(),
+                                   [&](const redis_undo& u) { return shards.count(shard_of(u)) > 0; }),
+                    undo_list.end());
+    i = undo_list.empty() ? journal.erase(i) : std::next(i);
+  }
+}
+
 std::string simulated_redis_cluster::next_node_id() {
   char id[48];
   ++nodes_made_;

@@ -143,6 +143,18 @@ struct simulated_redis_cluster : virtual world_core {
   /// written so far can no longer be lost by a failover (the journal is
   /// emptied).
   void wait_all_replicas();
+  /// Off (the default): a start's refresh makes every write so far durable,
+  /// as if it WAITed on every primary.  On: only what the product waits
+  /// for (refresh_cluster_copies: the primaries it seeds or that joined,
+  /// core::copy_refresh::must_wait); the others' last writes stay losable by
+  /// a failover.  The schedules under it show losses and refusals today's
+  /// rules do not handle (tests/testkit/findings_test.cpp, label `findings`,
+  /// outside the test command until those rules are fixed).
+  bool waits_as_the_product = false;
+  /// WAIT on the primaries `nodes` only (a start's refresh waits for the
+  /// ones it seeds or that joined): what was written to their keys so far
+  /// can no longer be lost by a failover; the others' writes can.
+  void wait_replicas(const std::set<std::string>& nodes);
   /// Records a copy write (see copy_writes) and, in Redis Cluster mode,
   /// sets the positions of every valid copy.
   /// `per_node`: a start's copies (node id -> positions), each primary its

@@ -439,10 +439,15 @@ caf::expected<void> fake_checkpoint_store::refresh_copies(const core::identity&,
     simulated_redis::write_scope write{*w_};
     w_->record_copy({}, plan.mark, &plan.positions);
   }
-  // WAIT: every replica of every shard acknowledged the copies, and with
-  // them everything written before (replication is ordered): no failover
-  // can lose any of it any more.  (The simulated replicas are always up.)
-  w_->wait_all_replicas();
+  // WAIT: every replica acknowledged the copies, and with them everything
+  // written before (replication is ordered).  As the product does
+  // (refresh_cluster_copies) only on the primaries whose copy is their only
+  // proof (seeded, or joined): the others' replicas may still miss it.
+  // (The simulated replicas are always up.)
+  if (w_->waits_as_the_product)
+    w_->wait_replicas(plan.must_wait);
+  else
+    w_->wait_all_replicas();
   for (auto& [node, j] : plan.primaries)
     w_->cluster.known_primaries[node].insert(j.replid);
   if (plan.mark) {

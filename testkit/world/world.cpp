@@ -1,11 +1,23 @@
 #include "testkit/world/world.hpp"
 
+#include <atomic>
+
 namespace qsp::test {
 
 using sim::failure;
 using sim::lock;
 
-fake_world::fake_world(int32_t partition_count) : simulated_broker(partition_count) {}
+namespace {
+
+std::atomic<bool> worlds_wait_as_the_product{false};
+
+} // namespace
+
+void set_worlds_wait_as_the_product(bool on) { worlds_wait_as_the_product = on; }
+
+fake_world::fake_world(int32_t partition_count) : simulated_broker(partition_count) {
+  waits_as_the_product = worlds_wait_as_the_product;
+}
 
 // -- the projection's keys ----------------------------------------------------------
 
