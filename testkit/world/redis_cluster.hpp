@@ -159,9 +159,23 @@ struct simulated_redis_cluster : virtual world_core {
   /// sets the positions of every valid copy.
   /// `per_node`: a start's copies (node id -> positions), each primary its
   /// own, written in its current history.
+  /// `stamps`: what the writing store read of each primary (stamps_as_read).
   using copy_plan = std::map<std::string, std::map<int32_t, std::pair<int64_t, int32_t>>>;
+  struct read_stamp {
+    std::string replid;
+    int64_t current_epoch = -1;
+  };
+  using stamp_map = std::map<std::string, read_stamp>;  ///< node id -> what was read
   void record_copy(const std::map<int32_t, std::pair<int64_t, int32_t>>& positions, bool seed,
-                   const copy_plan* per_node = nullptr);
+                   const copy_plan* per_node = nullptr, const stamp_map* stamps = nullptr);
+  /// Off (the default): a copy carries its primary's replid and cluster
+  /// epoch as they are when it is written.  On: as the product writes them,
+  /// what the writing store read: the session store reads the primaries when
+  /// it opens and again only when one it does not know serves slots, and
+  /// checks the judged primaries against what it read
+  /// (redis_cluster_session_store::check_judged).  (A start's refresh reads
+  /// them as it writes: the same either way.)  For the findings tests.
+  bool stamps_as_read = false;
 
 private:
   friend class fake_checkpoint_store;
@@ -186,7 +200,8 @@ private:
   /// Takes fixture-set shard copies as copy keys (once).
   void adopt_fixture_copies();
   /// Writes (tag, node) of shard `i` in its current history.
-  void put_copy(size_t i, const std::map<int32_t, std::pair<int64_t, int32_t>>& positions);
+  void put_copy(size_t i, const std::map<int32_t, std::pair<int64_t, int32_t>>& positions,
+                const read_stamp* stamp = nullptr);
   /// Mirrors judged_shard() into cluster.shards' copy fields (for tests).
   void sync_copy_views();
   /// A new node id / address for a node that joins or is promoted.

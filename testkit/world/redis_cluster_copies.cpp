@@ -116,7 +116,9 @@ void simulated_redis_cluster::sync_copy_views() {
   }
 }
 
-void simulated_redis_cluster::put_copy(size_t i, const std::map<int32_t, std::pair<int64_t, int32_t>>& positions) {
+void simulated_redis_cluster::put_copy(size_t i,
+                                       const std::map<int32_t, std::pair<int64_t, int32_t>>& positions,
+                                       const read_stamp* stamp) {
   auto& sh = cluster.shards[i];
   auto tag = copy_tag_of(sh);
   if (tag.empty())
@@ -124,9 +126,9 @@ void simulated_redis_cluster::put_copy(size_t i, const std::map<int32_t, std::pa
   std::pair<std::string, std::string> key{tag, sh.node_id};
   note_copy(key);
   auto& c = copy_keys[key];
-  c.replid = sh.replid;
+  c.replid = stamp != nullptr ? stamp->replid : sh.replid;
   c.slots = sh.slots;
-  c.cluster_epoch = sh.current_epoch;
+  c.cluster_epoch = stamp != nullptr ? stamp->current_epoch : sh.current_epoch;
   c.written_at = world().writes_ + 1;
   for (auto& [p, at] : positions)
     c.positions[p] = at;
@@ -177,7 +179,8 @@ void simulated_redis_cluster::undo_in_cluster(const redis_undo& u) {
 // -- copies ---------------------------------------------------------------------------
 
 void simulated_redis_cluster::record_copy(const std::map<int32_t, std::pair<int64_t, int32_t>>& positions,
-                             bool seed, const copy_plan* per_node) {
+                             bool seed, const copy_plan* per_node,
+                                           const stamp_map* stamps) {
   copy_writes.emplace_back();
   auto& w = copy_writes.back();
   w.positions = positions;
@@ -220,7 +223,14 @@ void simulated_redis_cluster::record_copy(const std::map<int32_t, std::pair<int6
       put_copy(i, at->second);
       continue;
     }
-    put_copy(i, positions);
+    const read_stamp* stamp = nullptr;
+    if (stamps != nullptr) {
+      auto st = stamps->find(sh.node_id);
+      if (st == stamps->end())
+        continue; // a primary the store does not know gets no copy
+      stamp = &st->second;
+    }
+    put_copy(i, positions, stamp);
   }
   sync_copy_views();
 }

@@ -221,6 +221,13 @@ fake_session_store::fake_session_store(std::shared_ptr<fake_world> w)
   lock g{w_->mtx};
   for (auto& sh : w_->cluster.shards)
     replids_.push_back(sh.replid);
+  learn_primaries();
+}
+
+void fake_session_store::learn_primaries() {
+  learned_.clear();
+  for (auto& sh : w_->cluster.shards)
+    learned_[sh.node_id] = simulated_redis_cluster::read_stamp{sh.replid, sh.current_epoch};
 }
 
 caf::error fake_session_store::connection(const std::string& what) {
@@ -475,6 +482,28 @@ caf::expected<void> fake_session_store::write_copies(
                              + ") is not one this generation's start judged in its history "
                                "under its copy tag: no copy is written to it");
   };
+  if (w_->stamps_as_read && mutant::active() != mutant::id::copies_one_failover_back) {
+    // As redis_cluster_session_store::write_copies: the primaries read
+    // again only if one it does not know serves slots; the judged ones
+    // checked against what was read; the copies stamped with it.
+    bool known = true;
+    for (auto& sh : w_->cluster.shards)
+      known = known && (sh.slots.empty() || learned_.count(sh.node_id) > 0);
+    if (!known)
+      learn_primaries();
+    for (auto& sh : w_->cluster.shards) {
+      if (sh.slots.empty() || expected_.empty())
+        continue;
+      auto e = expected_.find(sh.node_id);
+      auto l = learned_.find(sh.node_id);
+      if (e == expected_.end() || l == learned_.end() || e->second.replid != l->second.replid
+          || (!e->second.copy_tag.empty() && e->second.copy_tag != copy_tag_of(sh)))
+        return refuse(sh);
+    }
+    simulated_redis::write_scope write{*w_};
+    w_->record_copy(positions, false, nullptr, &learned_);
+    return {};
+  }
   if (!expected_.empty() && mutant::active() == mutant::id::copies_one_failover_back) {
     // The planted bug: the check before issue 32.
     for (auto& sh : w_->cluster.shards)

@@ -24,6 +24,7 @@
 #include "core/checkpoint.hpp"
 #include "core/cluster.hpp"
 #include "testkit/world/common.hpp"
+#include "testkit/world/redis_cluster.hpp"
 
 namespace qsp::test {
 
@@ -72,6 +73,10 @@ private:
   /// written only to the primaries it learned (redis/cluster_stores.cpp,
   /// failed_over_since).
   std::vector<std::string> replids_;
+  /// What this store read of the primaries (stamps_as_read): when it was
+  /// made, and again when a primary it does not know serves slots.
+  simulated_redis_cluster::stamp_map learned_;
+  void learn_primaries();
 
   /// redis_down, or a connection reset since this store's last call: drops
   /// the unread sends and answers the error; none if the connection is up.

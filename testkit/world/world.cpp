@@ -9,14 +9,15 @@ using sim::lock;
 
 namespace {
 
-std::atomic<bool> worlds_wait_as_the_product{false};
+std::atomic<bool> worlds_as_unkind_as_redis{false};
 
 } // namespace
 
-void set_worlds_wait_as_the_product(bool on) { worlds_wait_as_the_product = on; }
+void set_worlds_as_unkind_as_redis(bool on) { worlds_as_unkind_as_redis = on; }
 
 fake_world::fake_world(int32_t partition_count) : simulated_broker(partition_count) {
-  waits_as_the_product = worlds_wait_as_the_product;
+  waits_as_the_product = worlds_as_unkind_as_redis;
+  stamps_as_read = worlds_as_unkind_as_redis;
 }
 
 // -- the projection's keys ----------------------------------------------------------

@@ -67,9 +67,10 @@ private:
   std::shared_ptr<fake_world> w_;
 };
 
-/// Worlds made from now on (in this process) have waits_as_the_product
-/// on: for the findings tests (tests/testkit/findings_test.cpp).
-void set_worlds_wait_as_the_product(bool on);
+/// Worlds made from now on (in this process) are as unkind as Redis where
+/// today's rules assume it kinder (waits_as_the_product, stamps_as_read):
+/// for the findings tests (tests/testkit/findings_test.cpp).
+void set_worlds_as_unkind_as_redis(bool on);
 
 /// A world with `partition_count` empty partitions and a factory over it.
 std::shared_ptr<fake_world> make_world(int32_t partition_count);

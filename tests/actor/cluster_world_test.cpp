@@ -6,7 +6,9 @@
 // ports, so every write is journaled as the projection's are.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <memory>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -191,6 +193,29 @@ TEST_F(ClusterWorld, ALostShardWhoseSlotsAreCoveredAgainLeavesThemEmptyOnTheSurv
   w->shard_failover(now, 10);
   EXPECT_FALSE(w->score(u, "c1"));
   EXPECT_EQ(w->score(v, "c2"), std::nullopt) << "the survivor's own write was the one lost";
+}
+
+TEST_F(ClusterWorld, ACopyCarriesTheEpochItsStoreReadWhenStampedAsRead) {
+  // What the copy of the namespace's shard says after the cluster's epoch
+  // moved on behind a session store that was already open.
+  auto stamped_epoch = [&](bool as_read) {
+    w->stamps_as_read = as_read;
+    auto s = qsp::test::make_fake_ports(w)->make_session_store();
+    EXPECT_TRUE(s);
+    w->spend_epoch();
+    std::map<int32_t, std::pair<int64_t, int32_t>> at{{0, {0, -1}}};
+    auto ok = (*s)->write_copies(w->identity(), at);
+    EXPECT_TRUE(ok) << qsp::describe(ok.error());
+    auto& sh = w->cluster.shards[static_cast<size_t>(home())];
+    auto c = w->copy_keys.find({qsp::test::sim::copy_tag_of(sh), sh.node_id});
+    EXPECT_NE(c, w->copy_keys.end());
+    return std::make_pair(c == w->copy_keys.end() ? -2 : c->second.cluster_epoch,
+                          sh.current_epoch);
+  };
+  auto [live, now] = stamped_epoch(false);
+  EXPECT_EQ(live, now) << "off: the epoch as it is when the copy is written";
+  auto [read, later] = stamped_epoch(true);
+  EXPECT_EQ(read, later - 1) << "on: the epoch the store read when it opened";
 }
 
 } // namespace

@@ -34,7 +34,7 @@ schedule_options cluster_options(uint64_t seed) {
 }
 
 TEST(Findings, SchedulesInARedisClusterThatWaitsAsTheProductDoes) {
-  qsp::test::set_worlds_wait_as_the_product(true);
+  qsp::test::set_worlds_as_unkind_as_redis(true);
   std::vector<uint64_t> seeds;
   if (auto one = std::getenv("QSP_SCHEDULE_SEED")) {
     seeds.push_back(std::strtoull(one, nullptr, 10));
@@ -55,7 +55,7 @@ TEST(Findings, SchedulesInARedisClusterThatWaitsAsTheProductDoes) {
                   r.failure.substr(0, r.failure.find('\n', r.failure.find('\n') + 1)).c_str());
     }
   }
-  qsp::test::set_worlds_wait_as_the_product(false);
+  qsp::test::set_worlds_as_unkind_as_redis(false);
   EXPECT_EQ(failed, 0u) << failed << " of " << seeds.size()
                         << " Redis Cluster schedules failed (each line above names its seed)";
 }
