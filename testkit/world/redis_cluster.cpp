@@ -156,10 +156,11 @@ void simulated_redis_cluster::take_new_epoch(size_t i) {
 size_t simulated_redis_cluster::shard_failover(int32_t shard, size_t n, bool reset) {
   lock g{mtx};
   adopt_fixture_copies();
-  if (shard < 0 || static_cast<size_t>(shard) >= cluster.shards.size())
+  auto* found = shard_at(shard, false);
+  if (found == nullptr)
     return 0;
   auto affected = lose_writes(shard, n);
-  auto& sh = cluster.shards[static_cast<size_t>(shard)];
+  auto& sh = *found;
   // The replica takes over: its own node id and address.
   sh.node_id = next_node_id();
   sh.address = "127.0.0.1:" + std::to_string(7000 + nodes_made_);
@@ -177,12 +178,13 @@ size_t simulated_redis_cluster::shard_failover(int32_t shard, size_t n, bool res
 size_t simulated_redis_cluster::shard_restart_from_disk(int32_t shard, size_t n, bool rdb) {
   lock g{mtx};
   adopt_fixture_copies();
-  if (shard < 0 || static_cast<size_t>(shard) >= cluster.shards.size())
+  auto* found = shard_at(shard, false);
+  if (found == nullptr)
     return 0;
   // What the primary's file did not hold is gone; its replicas resync from
   // it and lose it too.
   auto affected = lose_writes(shard, n);
-  auto& sh = cluster.shards[static_cast<size_t>(shard)];
+  auto& sh = *found;
   auto old = sh.replid;
   sh.replid = next_replid();
   sh.replid2 = rdb ? old : std::string(40, '0');
@@ -191,14 +193,33 @@ size_t simulated_redis_cluster::shard_restart_from_disk(int32_t shard, size_t n,
   return affected;
 }
 
+core::shard_report* simulated_redis_cluster::shard_at(int32_t shard, bool not_home) {
+  if (shard < 0 || static_cast<size_t>(shard) >= cluster.shards.size())
+    return nullptr;
+  auto& sh = cluster.shards[static_cast<size_t>(shard)];
+  if (not_home && serves(sh.slots, redis::key_slot(world().meta_key())))
+    return nullptr;
+  return &sh;
+}
+
+void simulated_redis_cluster::drop_keys_in(const std::vector<std::pair<int, int>>& slots) {
+  auto& w = world();
+  for (auto i = w.sessions.begin(); i != w.sessions.end();)
+    i = in_ranges(slots, redis::key_slot(w.convs_prefix + i->first)) ? w.sessions.erase(i)
+                                                                     : std::next(i);
+  for (auto i = copy_keys.begin(); i != copy_keys.end();) {
+    auto slot = core::parse_decimal(i->first.first);
+    i = slot && in_ranges(slots, static_cast<int>(*slot)) ? copy_keys.erase(i) : std::next(i);
+  }
+}
+
 bool simulated_redis_cluster::shard_flushall(int32_t shard) {
   lock g{mtx};
   adopt_fixture_copies();
-  if (shard < 0 || static_cast<size_t>(shard) >= cluster.shards.size())
+  auto* found = shard_at(shard, true);
+  if (found == nullptr)
     return false;
-  auto& sh = cluster.shards[static_cast<size_t>(shard)];
-  if (serves(sh.slots, redis::key_slot(world().meta_key())))
-    return false;
+  auto& sh = *found;
   auto mine = parse_slots(sh.slots);
   auto& w = world();
   // One write of the shard's stream, each key noted for a rollback.
@@ -279,13 +300,7 @@ bool simulated_redis_cluster::shard_lost_and_covered(int32_t shard, int32_t to, 
   }
   // Gone with both nodes: every key of its slots (not a write: nothing of
   // it is in any stream that survives).
-  for (auto i = w.sessions.begin(); i != w.sessions.end();)
-    i = in_ranges(lost, redis::key_slot(w.convs_prefix + i->first)) ? w.sessions.erase(i)
-                                                                    : std::next(i);
-  for (auto i = copy_keys.begin(); i != copy_keys.end();) {
-    auto slot = core::parse_decimal(i->first.first);
-    i = slot && in_ranges(lost, static_cast<int>(*slot)) ? copy_keys.erase(i) : std::next(i);
-  }
+  drop_keys_in(lost);
   auto& dst = cluster.shards[static_cast<size_t>(to)];
   auto merged = parse_slots(dst.slots);
   merged.insert(merged.end(), lost.begin(), lost.end());
@@ -409,21 +424,11 @@ bool simulated_redis_cluster::remove_primary(int32_t shard) {
 bool simulated_redis_cluster::shard_restart_empty(int32_t shard) {
   lock g{mtx};
   adopt_fixture_copies();
-  if (shard < 0 || static_cast<size_t>(shard) >= cluster.shards.size())
+  auto* found = shard_at(shard, true);
+  if (found == nullptr)
     return false;
-  auto& sh = cluster.shards[static_cast<size_t>(shard)];
-  if (serves(sh.slots, redis::key_slot(world().meta_key())))
-    return false;
-  auto mine = parse_slots(sh.slots);
-  auto& sessions = world().sessions;
-  auto& convs_prefix = world().convs_prefix;
-  for (auto i = sessions.begin(); i != sessions.end();)
-    i = in_ranges(mine, redis::key_slot(convs_prefix + i->first)) ? sessions.erase(i)
-                                                                  : std::next(i);
-  for (auto i = copy_keys.begin(); i != copy_keys.end();) {
-    auto slot = core::parse_decimal(i->first.first);
-    i = slot && in_ranges(mine, static_cast<int>(*slot)) ? copy_keys.erase(i) : std::next(i);
-  }
+  auto& sh = *found;
+  drop_keys_in(parse_slots(sh.slots));
   sh.replid = next_replid();
   sh.replid2 = std::string(40, '0');
   ++world().redis_resets;

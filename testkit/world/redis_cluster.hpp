@@ -187,6 +187,12 @@ private:
   /// Undoes, newest first, the last `n` journaled writes that touched the
   /// keys of `shard` (only their parts on its keys); returns how many.
   size_t lose_writes(int32_t shard, size_t n);
+  /// The shard at `shard`, if any and (`not_home`) if it does not serve
+  /// the namespace's slot (meta and the checkpoints); else nullptr.
+  core::shard_report* shard_at(int32_t shard, bool not_home);
+  /// Erases, unjournaled (gone from every stream), every session set and
+  /// copy key in `slots` (ranges).
+  void drop_keys_in(const std::vector<std::pair<int, int>>& slots);
   /// The largest current or configuration epoch of any primary.
   int64_t top_epoch() const;
   /// Shard `i` takes a new configuration epoch, the cluster's largest
