@@ -32,6 +32,20 @@
 // nodes caught up, `inspect --json`; bounded, and the reason is printed
 // when they do not get there), the nodes stop and `audit` is consistent.
 //
+// The findings variants (nemesis_findings.*, CTest label `findings`; issue
+// 44, items 4 and 5) make the comparison strict and early: the final one
+// comes after a documented refusal rebuilt everything from offset 0, which
+// repairs an earlier silent loss unseen.  They track what the producer
+// committed per partition and offset (committed_log) and compare Redis
+// with the committed records below each partition's checkpoint at every
+// transition of a node's partitions to caught up (the auditor), after
+// every heal, and at every refusal (where a loss counts only on the
+// primary and partitions it names; and a refusal with no lossy fault since
+// the last good comparison fails).  StaticNodes... has the two static
+// nodes; GroupNodes... two `group` nodes, whose node-restart lets the other
+// node take every partition (a rebalance extends its running generation)
+// before the stopped one comes back.
+//
 // The seed is printed; QSP_NEMESIS_SEED=N replays it.  QSP_NEMESIS_SECONDS
 // (default 100) bounds each seed's fault phase, QSP_NEMESIS_SEEDS (default
 // 1) the number of seeds (N, N+1, ...).
@@ -65,12 +79,34 @@ long env_long(const char* name, long fallback) {
   }
 }
 
+/// What the producer committed, per partition and offset.  A single
+/// transactional (so idempotent) producer's records of a partition take
+/// consecutive offsets, and each transaction ends with one marker on every
+/// partition it wrote, committed or aborted, before the next one may write
+/// there (the coordinator answers CONCURRENT_TRANSACTIONS until the markers
+/// are written): so every offset follows from the order of the sends, once
+/// aborted transactions are flushed before their abort (txn_producer's
+/// flush_aborts; a purged one leaves no record and no marker).  The strict
+/// variants check it against the log's end once the producer stopped.
+struct committed_log {
+  struct record {
+    int64_t offset = 0;
+    uint64_t i = 0;  ///< make_dispatch(i, users)
+  };
+  std::array<std::vector<record>, partitions> by_partition;  ///< committed, by offset
+  std::array<int64_t, partitions> next{};  ///< the offset each partition's next write takes
+};
+
 /// The live transactional producer: transactions of 10 records (record i
 /// to partition i % 4), every 5th aborted (its records name users
 /// "aborted-N", never in the model), until stopped.
 class txn_producer {
 public:
-  explicit txn_producer(std::string topic) : topic_(std::move(topic)), thread_([this] { run(); }) {}
+  /// `flush_aborts`: every aborted transaction's records reach the log
+  /// before its abort (else librdkafka mostly purges them unsent, and the
+  /// offsets the strict variants track would not follow from the sends).
+  txn_producer(std::string topic, bool flush_aborts)
+    : topic_(std::move(topic)), flush_aborts_(flush_aborts), thread_([this] { run(); }) {}
   ~txn_producer() { stop(); }
   void stop() {
     stop_ = true;
@@ -87,6 +123,10 @@ public:
   }
   uint64_t committed() const { return committed_.load(); }
   uint64_t aborted() const { return aborted_.load(); }
+  committed_log log() const {
+    std::lock_guard<std::mutex> lock{mtx_};
+    return log_;
+  }
 
 private:
   void fail(std::string e) {
@@ -107,29 +147,44 @@ private:
         return;
       }
       std::vector<core::dispatch> batch;
+      std::vector<std::pair<int, committed_log::record>> sent;  // partition, record
+      std::set<int> touched;
       for (uint64_t k = 0; k < per_txn; ++k) {
         auto i = t * per_txn + k;
         auto d = test::make_dispatch(i, users);
         if (abort)
           d.recipients = {"aborted-" + std::to_string(i)};
-        if (auto ok = p->send(topic_, static_cast<int32_t>(i % partitions), core::encode_json(d));
-            !ok) {
+        auto part = static_cast<int>(i % partitions);
+        if (auto ok = p->send(topic_, part, core::encode_json(d)); !ok) {
           fail("send: " + describe(ok.error()));
           return;
         }
         batch.push_back(std::move(d));
+        sent.push_back({part, {next_[static_cast<size_t>(part)]++, i}});
+        touched.insert(part);
       }
+      if (abort && flush_aborts_)
+        if (auto ok = p->flush(); !ok) {
+          fail("flush: " + describe(ok.error()));
+          return;
+        }
       auto end = abort ? p->abort() : p->commit();
       if (!end) {
         fail(std::string{abort ? "abort" : "commit"} + ": " + describe(end.error()));
         return;
       }
+      // The transaction's marker takes one offset on each partition it wrote.
+      for (int part : touched)
+        ++next_[static_cast<size_t>(part)];
+      std::lock_guard<std::mutex> lock{mtx_};
+      log_.next = next_;
       if (abort) {
         ++aborted_;
       } else {
-        std::lock_guard<std::mutex> lock{mtx_};
         for (auto& d : batch)
           test::apply(model_, d);
+        for (auto& [part, r] : sent)
+          log_.by_partition[static_cast<size_t>(part)].push_back(r);
         ++committed_;
       }
       std::this_thread::sleep_for(40ms);  // a live producer, not a burst
@@ -138,10 +193,13 @@ private:
 
   static constexpr uint64_t per_txn = 10;
   std::string topic_;
+  bool flush_aborts_ = false;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> committed_{0}, aborted_{0};
   mutable std::mutex mtx_;
   test::model model_;
+  committed_log log_;
+  std::array<int64_t, partitions> next_{};  ///< the producer thread's own count
   std::string error_;
   std::thread thread_;
 };
@@ -176,6 +234,116 @@ bool documented_refusal(const std::string& line, std::string* why) {
   return true;
 }
 
+// -- the strict comparison (the findings variants) -----------------------------
+
+/// One entry Redis lacks (or holds with an older score) below the checkpoints.
+struct loss {
+  std::string key, conv;
+  int64_t want = 0, got = -1;  ///< got -1: missing
+  uint64_t i = 0;              ///< the dispatch whose score is missing
+  int partition = -1;
+  int64_t offset = -1;
+  std::string primary;  ///< host:port serving the key now
+  std::string text() const {
+    return key + " " + conv + ": " + (got < 0 ? std::string{"missing"} : std::to_string(got))
+           + ", expected " + std::to_string(want) + " (dispatch " + std::to_string(i)
+           + ", partition " + std::to_string(partition) + " offset " + std::to_string(offset)
+           + ", on primary " + primary + " node " + std::to_string(id_of_address(primary)) + ")";
+  }
+};
+struct below_result {
+  std::string error;  ///< the comparison could not be made
+  size_t entries = 0;
+  std::vector<loss> losses;
+};
+
+/// Redis against the committed records of `parts` at offsets below each
+/// partition's checkpoint `cp`: every such entry must be there with at least
+/// its score (ZADD GT: a later record may have raised it).  Only what the
+/// checkpoints cover is judged: records above them may still be in flight.
+below_result compare_below(const committed_log& log, const std::vector<int64_t>& cp,
+                           const std::set<int>& parts) {
+  below_result out;
+  if (cp.size() != static_cast<size_t>(partitions)) {
+    out.error = "no checkpoints";
+    return out;
+  }
+  struct wanted {
+    int64_t score = -1;
+    uint64_t i = 0;
+    int partition = -1;
+    int64_t offset = -1;
+  };
+  std::map<std::string, std::map<std::string, wanted>> want;
+  for (int p : parts)
+    for (auto& r : log.by_partition[static_cast<size_t>(p)]) {
+      if (r.offset >= cp[static_cast<size_t>(p)])
+        break;
+      auto d = test::make_dispatch(r.i, users);
+      for (auto& u : d.recipients)
+        if (auto& w = want[u][d.conversation_id]; d.created_at > w.score)
+          w = wanted{d.created_at, r.i, p, r.offset};
+    }
+  std::string why;
+  auto r = router(&why);
+  if (!r) {
+    out.error = "no slot map: " + why;
+    return out;
+  }
+  for (auto& [user, convs_of] : want) {
+    auto key = convs + user;
+    auto i = r->map().shard_of(redis::key_slot(key));
+    if (i < 0) {
+      out.error = key + ": slot unserved";
+      return out;
+    }
+    auto c = r->primary(static_cast<size_t>(i));
+    if (!c) {
+      out.error = describe(c.error());
+      return out;
+    }
+    auto got = test::zset(**c, key);
+    for (auto& [conv, w] : convs_of) {
+      ++out.entries;
+      auto g = got.find(conv);
+      if (g == got.end() || g->second < w.score)
+        out.losses.push_back(loss{key, conv, w.score, g == got.end() ? -1 : g->second, w.i,
+                                  w.partition, w.offset,
+                                  r->map().shards()[static_cast<size_t>(i)].primary.address()});
+    }
+  }
+  return out;
+}
+
+/// The first few losses, one a line.
+std::string some(const std::vector<loss>& ls) {
+  std::string out;
+  for (size_t k = 0; k < ls.size() && k < 5; ++k)
+    out += "\n    " + ls[k].text();
+  if (ls.size() > 5)
+    out += "\n    ... " + std::to_string(ls.size() - 5) + " more";
+  return out;
+}
+
+/// What a refusal line names: its primary (host:port) and, for `copy`, the
+/// partitions ("a copy of partitions 0,1"; none: every partition).
+struct named {
+  std::string primary;
+  std::set<int> parts;
+};
+named what_refusal_names(const std::string& line) {
+  named out;
+  static const std::regex primary_re{R"(primary (\d+\.\d+\.\d+\.\d+:\d+))"};
+  static const std::regex parts_re{R"(a copy of partitions ([0-9,]+))"};
+  std::smatch m;
+  if (std::regex_search(line, m, primary_re))
+    out.primary = m[1];
+  if (std::regex_search(line, m, parts_re))
+    for (auto& x : split(m[1], ','))
+      out.parts.insert(std::stoi(x));
+  return out;
+}
+
 struct nemesis : ::testing::Test {
   std::string topic, dir;
   clock_type::time_point t0;
@@ -194,12 +362,24 @@ struct nemesis : ::testing::Test {
     clear_cluster();
     std::cout << "test took " << ms_since(t0) << " ms\n";
   }
-  void scenario(uint64_t seed, long seconds);
+  /// static: nodes a and b own partitions 0-1 and 2-3 (projection.ownership =
+  /// static); group: the consumer group decides (ownership = group), so a
+  /// node's stop moves its partitions to the other, extending its running
+  /// generation, and its start takes some back.  strict: Redis is compared
+  /// with the committed records below the checkpoints at every transition of
+  /// a node's partitions to caught up, after every heal and at every refusal.
+  struct variant {
+    bool group = false;
+    bool strict = false;
+  };
+  void scenario(uint64_t seed, long seconds, variant v);
+  void seeds(variant v);
 };
 
 /// Both nodes, restartable; their ports for the prober.
 struct fleet {
   std::string dir, topic;
+  bool group = false;
   std::unique_ptr<run_node> node[2];
   std::atomic<uint16_t> port[2];
   std::atomic<int64_t> not_ready_at[2];  ///< ms since `origin` of the last not-ready sample
@@ -207,10 +387,14 @@ struct fleet {
   int starts = 0;
 
   std::vector<std::string> args(int k) const {
+    std::string id = std::string{"--projection.node-id=nemesis-"} + (k == 0 ? "a" : "b");
+    if (group)  // one group per run: a former run's members never join it
+      return node_args("run", topic, partitions,
+                       {"--projection.ownership=group", id, "--kafka.group-id=" + topic,
+                        "--redis.command-timeout=2s"});
     return node_args("run", topic, partitions,
                      {"--projection.ownership=static",
-                      std::string{"--projection.partitions="} + (k == 0 ? "0-1" : "2-3"),
-                      std::string{"--projection.node-id=nemesis-"} + (k == 0 ? "a" : "b"),
+                      std::string{"--projection.partitions="} + (k == 0 ? "0-1" : "2-3"), id,
                       "--redis.command-timeout=2s"});
   }
   void start(int k) {
@@ -221,9 +405,11 @@ struct fleet {
   int64_t now_ms() const { return ms_since(origin); }
 };
 
-void nemesis::scenario(uint64_t seed, long seconds) {
+void nemesis::scenario(uint64_t seed, long seconds, variant v) {
   std::cout << "=== nemesis seed " << seed << " (QSP_NEMESIS_SEED=" << seed << " replays it), "
-            << seconds << " s of faults\n";
+            << seconds << " s of faults, " << (v.group ? "group" : "static") << " ownership"
+            << (v.strict ? ", compared below the checkpoints at every transition to ready" : "")
+            << "\n";
   auto fail = [&](const std::string& what) {
     std::cout << "FAILURE: " << what << "\n";
     failures.push_back("seed " + std::to_string(seed) + ": " + what);
@@ -242,11 +428,12 @@ void nemesis::scenario(uint64_t seed, long seconds) {
   fleet f;
   f.dir = dir;
   f.topic = topic;
+  f.group = v.group;
   for (int k = 0; k < 2; ++k) {
     f.port[k] = 0;
     f.not_ready_at[k] = -1;
   }
-  txn_producer producer{topic};
+  txn_producer producer{topic, v.strict};
   f.start(0);
   f.start(1);
   ASSERT_TRUE(f.node[0]->becomes_ready(60s)) << f.node[0]->status() << f.node[0]->text();
@@ -258,6 +445,71 @@ void nemesis::scenario(uint64_t seed, long seconds) {
   std::mutex cp_mtx;
   std::vector<std::string> regressions;
   std::string current_fault = "start";
+
+  // The strict variants' bookkeeping (under audit_mtx): the events so far,
+  // whether each could lose acknowledged writes (lossy), when the last
+  // fault that may lose some began (a comparison whose partition was taken
+  // on before it is inconclusive), and per partition the first event after
+  // its last good comparison.
+  struct event {
+    std::string text;
+    bool lossy = false;
+  };
+  std::mutex audit_mtx;
+  std::vector<event> events;
+  int64_t last_lossy_ms = -1;
+  uint64_t lossy_started = 0;
+  std::array<size_t, partitions> good_at{};
+  std::vector<std::string> strict_failures;
+  uint64_t compared_ok = 0, inconclusive = 0;
+  const std::set<int> all_partitions{0, 1, 2, 3};
+  // Under audit_mtx: the events since the last good comparison of `parts`,
+  // and whether one of them was lossy.
+  auto since_good = [&](const std::set<int>& parts) {
+    size_t from = events.size();
+    for (int p : parts)
+      from = std::min(from, good_at[static_cast<size_t>(p)]);
+    std::string out;
+    bool lossy = false;
+    for (size_t e = from; e < events.size(); ++e) {
+      out += (out.empty() ? "" : ", ") + events[e].text + (events[e].lossy ? " (lossy)" : "");
+      lossy = lossy || events[e].lossy;
+    }
+    return std::pair<std::string, bool>{out.empty() ? "none" : out, lossy};
+  };
+  auto strict_fail = [&](const std::string& what) {
+    std::cout << "FAILURE (strict): " << what << "\n";
+    std::lock_guard<std::mutex> lock{audit_mtx};
+    strict_failures.push_back("seed " + std::to_string(seed) + ": " + what);
+  };
+  auto good = [&](const std::set<int>& parts) {
+    std::lock_guard<std::mutex> lock{audit_mtx};
+    for (int p : parts)
+      good_at[static_cast<size_t>(p)] = events.size();
+    ++compared_ok;
+  };
+  auto note_event = [&](const std::string& text, bool lossy) {
+    std::lock_guard<std::mutex> lock{audit_mtx};
+    events.push_back({text, lossy});
+  };
+  // Before a fault that may lose acknowledged writes.
+  auto lossy_begins = [&] {
+    std::lock_guard<std::mutex> lock{audit_mtx};
+    last_lossy_ms = f.now_ms();
+    ++lossy_started;
+  };
+  auto list = [](const std::set<int>& parts) {
+    std::string out;
+    for (int p : parts)
+      out += (out.empty() ? "" : ",") + std::to_string(p);
+    return out;
+  };
+  auto cp_text = [](const std::vector<int64_t>& cp) {
+    std::string out;
+    for (auto c : cp)
+      out += (out.empty() ? "" : " ") + std::to_string(c);
+    return "[" + out + "]";
+  };
   std::thread ready_probe{[&] {
     auto deadline = clock_type::now() + 30min;
     while (!stop_probes && clock_type::now() < deadline) {
@@ -290,16 +542,239 @@ void nemesis::scenario(uint64_t seed, long seconds) {
       std::this_thread::sleep_for(200ms);
     }
   }};
+  // The strict variants' auditor: each node's /readyz every 100 ms; a
+  // partition that becomes caught up in a node's generation (a start, a
+  // restart, or an extension by a rebalance) is a transition to ready, and
+  // once a checkpoint was written after it (every write below it confirmed
+  // in that generation), Redis must hold the committed records below the
+  // checkpoints of those partitions.  Conclusive only if the partition was
+  // (re)taken on after the last lossy fault began (else the node may not
+  // have seen it yet) and none began during the comparison.
+  std::thread auditor{[&] {
+    if (!v.strict)
+      return;
+    struct tenure {
+      std::string key;  ///< port/restarts/start: one partition's run in one generation
+      int64_t absent_at = 0;  ///< the last sample without this tenure (ms since origin)
+      bool compared = false;
+    };
+    std::array<std::array<tenure, partitions>, 2> ten{};
+    std::array<int64_t, 2> prev{0, 0};
+    auto deadline = clock_type::now() + 30min;
+    while (!stop_probes && clock_type::now() < deadline) {
+      for (int k = 0; k < 2 && !stop_probes; ++k) {
+        auto port = f.port[k].load();
+        auto now = f.now_ms();
+        nlohmann::json j;
+        if (port != 0)
+          j = nlohmann::json::parse(test::http_get(port, "/readyz", 1s).body, nullptr, false);
+        std::map<int, nlohmann::json> present;
+        if (!j.is_discarded() && j.is_object() && j.contains("partitions"))
+          for (auto& e : j["partitions"])
+            present[e.value("partition", -1)] = e;
+        std::set<int> fresh;
+        for (int p = 0; p < partitions; ++p) {
+          auto& t = ten[static_cast<size_t>(k)][static_cast<size_t>(p)];
+          auto e = present.find(p);
+          if (e == present.end()) {
+            t = tenure{"", now, false};
+            continue;
+          }
+          auto key = std::to_string(port) + "/" + j["restarts"].dump() + "/" + e->second["start"].dump();
+          if (key != t.key)
+            t = tenure{key, prev[static_cast<size_t>(k)], false};
+          if (!t.compared && e->second.value("caught_up", false)) {
+            t.compared = true;
+            fresh.insert(p);
+          }
+        }
+        prev[static_cast<size_t>(k)] = now;
+        if (fresh.empty())
+          continue;
+        std::set<int> ok;
+        uint64_t lossy0 = 0;
+        {
+          std::lock_guard<std::mutex> lock{audit_mtx};
+          lossy0 = lossy_started;
+          for (int p : fresh)
+            if (ten[static_cast<size_t>(k)][static_cast<size_t>(p)].absent_at > last_lossy_ms)
+              ok.insert(p);
+            else
+              ++inconclusive;
+        }
+        if (ok.empty())
+          continue;
+        auto cp0 = checkpoints(topic, partitions);
+        std::vector<int64_t> cp;
+        bool moved = cp0.size() == static_cast<size_t>(partitions)
+                     && test::eventually(
+                       [&] {
+                         cp = checkpoints(topic, partitions);
+                         if (cp.size() != cp0.size())
+                           return false;
+                         for (int p : ok)
+                           if (cp[static_cast<size_t>(p)] <= cp0[static_cast<size_t>(p)])
+                             return false;
+                         return true;
+                       },
+                       15s);
+        auto r = moved ? compare_below(producer.log(), cp, ok) : below_result{"no checkpoint moved", 0, {}};
+        std::string evs;
+        {
+          std::lock_guard<std::mutex> lock{audit_mtx};
+          if (lossy_started != lossy0 || !r.error.empty()) {
+            inconclusive += ok.size();
+            continue;
+          }
+          evs = since_good(ok).first;
+        }
+        std::string who = std::string{"node "} + (k == 0 ? "a" : "b") + " (port " + std::to_string(port) + ")";
+        if (r.losses.empty()) {
+          good(ok);
+          std::cout << "  [strict] " << who << " caught up on partitions " << list(ok) << ": "
+                    << r.entries << " entries below the checkpoints " << cp_text(cp) << " present\n";
+        } else {
+          strict_fail("at the transition of " + who + " to ready on partitions " + list(ok) + ", "
+                      + std::to_string(r.losses.size()) + " of " + std::to_string(r.entries)
+                      + " entries below the checkpoints " + cp_text(cp) + " are lost:" + some(r.losses)
+                      + "\n  events since the last good comparison: " + evs);
+        }
+      }
+      std::this_thread::sleep_for(100ms);
+    }
+  }};
   struct joiner {
     std::atomic<bool>& stop;
     std::thread& a;
     std::thread& b;
+    std::thread& c;
     ~joiner() {
       stop = true;
       a.join();
       b.join();
+      c.join();
     }
-  } join_probes{stop_probes, ready_probe, cp_probe};
+  } join_probes{stop_probes, ready_probe, cp_probe, auditor};
+
+  // The strict variants, after a heal (both nodes ready, two checkpoint
+  // rounds): Redis against the committed records below every checkpoint.  A
+  // loss is one found twice, 10 s apart (a node that noticed a failover
+  // late may still be replaying the first time).
+  auto settled_compare = [&](const std::string& after) {
+    if (!v.strict)
+      return;
+    std::vector<loss> first;
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      auto cp = checkpoints(topic, partitions);
+      auto r = compare_below(producer.log(), cp, all_partitions);
+      if (!r.error.empty()) {
+        std::cout << "  [strict] after " << after << ": no comparison: " << r.error << "\n";
+        std::lock_guard<std::mutex> lock{audit_mtx};
+        ++inconclusive;
+        return;
+      }
+      if (r.losses.empty()) {
+        good(all_partitions);
+        std::cout << "  [strict] after " << after << ": " << r.entries
+                  << " entries below the checkpoints " << cp_text(cp) << " present\n";
+        return;
+      }
+      if (attempt == 0) {
+        first = r.losses;
+        std::cout << "  [strict] after " << after << ": " << r.losses.size()
+                  << " entries below the checkpoints behind; again in 10 s\n";
+        std::this_thread::sleep_for(10s);
+        continue;
+      }
+      std::vector<loss> both;
+      for (auto& l : r.losses)
+        if (std::any_of(first.begin(), first.end(), [&](const loss& x) {
+              return x.key == l.key && x.conv == l.conv && x.want == l.want;
+            }))
+          both.push_back(l);
+      if (both.empty()) {
+        std::lock_guard<std::mutex> lock{audit_mtx};
+        ++inconclusive;
+        return;
+      }
+      std::string evs;
+      {
+        std::lock_guard<std::mutex> lock{audit_mtx};
+        evs = since_good(all_partitions).first;
+      }
+      strict_fail("after " + after + " (both nodes ready, two checkpoint rounds), "
+                  + std::to_string(both.size()) + " of " + std::to_string(r.entries)
+                  + " entries below the checkpoints " + cp_text(cp) + " lost 10 s apart:" + some(both)
+                  + "\n  events since the last good comparison: " + evs);
+    }
+  };
+
+  // The strict variants, at a documented refusal with every node stopped
+  // (before the rebuild repairs everything): a refusal after graceful events
+  // only is a failure; a loss below the checkpoints is accepted on the
+  // primary a refusal names (and its partitions, if it names some), or at an
+  // offset from which the refused start would have replayed the partition
+  // anyway (`inspect --json` replay_from); anywhere else it is a failure.
+  auto refusal_check = [&](const std::vector<std::string>& lines) {
+    if (!v.strict)
+      return;
+    std::string evs, joined;
+    bool lossy = false;
+    {
+      std::lock_guard<std::mutex> lock{audit_mtx};
+      std::tie(evs, lossy) = since_good(all_partitions);
+    }
+    std::vector<named> names;
+    for (auto& l : lines) {
+      joined += "\n    " + l;
+      names.push_back(what_refusal_names(l));
+    }
+    if (!lossy)
+      strict_fail("a refusal after graceful events only since the last good comparison ("
+                  + evs + "):" + joined);
+    std::map<int, int64_t> replay_from;
+    auto ins = test::run_cli(node_args("inspect", topic, partitions, {"--json"}));
+    auto j = nlohmann::json::parse(ins.out, nullptr, false);
+    if (!j.is_discarded() && j.contains("redis_cluster"))
+      for (auto& [p, at] : j["redis_cluster"]["replay_from"].items())
+        if (at.is_number_integer())
+          replay_from[std::stoi(p)] = at.get<int64_t>();
+    auto cp = checkpoints(topic, partitions);
+    auto r = compare_below(producer.log(), cp, all_partitions);
+    if (!r.error.empty()) {
+      std::cout << "  [strict] at the refusal: no comparison: " << r.error << "\n";
+      return;
+    }
+    std::vector<loss> outside;
+    size_t on_named = 0, replayed = 0;
+    for (auto& l : r.losses) {
+      bool is_named = std::any_of(names.begin(), names.end(), [&](const named& n) {
+        return n.primary == l.primary && (n.parts.empty() || n.parts.count(l.partition) > 0);
+      });
+      auto rf = replay_from.find(l.partition);
+      if (is_named)
+        ++on_named;
+      else if (rf != replay_from.end() && l.offset >= rf->second)
+        ++replayed;
+      else
+        outside.push_back(l);
+    }
+    std::cout << "  [strict] at the refusal: " << r.losses.size() << " of " << r.entries
+              << " entries below the checkpoints " << cp_text(cp) << " behind: " << on_named
+              << " on what it names, " << replayed << " the refused start would have replayed, "
+              << outside.size() << " elsewhere\n";
+    if (!outside.empty())
+      strict_fail("at a refusal, " + std::to_string(outside.size()) + " of "
+                  + std::to_string(r.entries) + " entries below the checkpoints " + cp_text(cp)
+                  + " lost outside what it names:" + some(outside) + "\n  the refusal:" + joined
+                  + "\n  events since the last good comparison: " + evs);
+  };
+  auto absorb = [&] {
+    std::lock_guard<std::mutex> lock{audit_mtx};
+    for (auto& x : strict_failures)
+      failures.push_back(x);
+    strict_failures.clear();
+  };
 
   int operator_actions = 0, added = -1;
   std::map<std::string, int> fault_count;
@@ -314,6 +789,7 @@ void nemesis::scenario(uint64_t seed, long seconds) {
   std::set<std::string> given_up;  ///< names of nodes left down (unique per start)
   auto handle_exits = [&]() -> bool {
     bool refused_documented = false, any = false;
+    std::vector<std::string> refused_lines;
     for (int k = 0; k < 2; ++k) {
       auto rc = f.node[k]->exited();
       if (!rc || given_up.count(f.node[k]->name) > 0)
@@ -328,6 +804,7 @@ void nemesis::scenario(uint64_t seed, long seconds) {
           && std::all_of(lines.begin(), lines.end(),
                          [&](const std::string& l) { return documented_refusal(l, &why); })) {
         refused_documented = true;
+        refused_lines.insert(refused_lines.end(), lines.begin(), lines.end());
       } else {
         fail("node " + f.node[k]->name + " exited with " + std::to_string(*rc) + " after fault "
              + current_fault + (why.empty() ? "" : " (" + why + ")") + refusals(text));
@@ -345,6 +822,8 @@ void nemesis::scenario(uint64_t seed, long seconds) {
         if (!f.node[k]->exited())
           if (int rc = f.node[k]->stop(); rc != 0)
             fail("node " + f.node[k]->name + " stopped with " + std::to_string(rc));
+      refusal_check(refused_lines);
+      note_event("rebuild after a refusal", false);
       delete_keys(ns + ":*");
       delete_keys("{qsp-copy-*}:" + ns + ":*");
       ++rebuilds;
@@ -528,6 +1007,8 @@ void nemesis::scenario(uint64_t seed, long seconds) {
     restarts_left = 2;
     auto t = clock_type::now();
     std::cout << "--- step " << step << " at " << ms_since(t0) / 1000 << " s: " << kind << "\n";
+    bool lossy = false;  // may lose acknowledged writes (the strict variants)
+    std::string detail;
     if (kind == "cut-takeover" || kind == "kill9") {
       int k = lossy_pair();
       if (k < 0) {
@@ -535,6 +1016,8 @@ void nemesis::scenario(uint64_t seed, long seconds) {
         continue;
       }
       int p = primary_in(k), r = replica_in(k);
+      lossy = true;
+      detail = " (node " + std::to_string(r) + " over " + std::to_string(p) + ")";
       if (kind == "cut-takeover") {
         run_svc("rc-cut-replica " + std::to_string(r));
         auto c0 = checkpoints(topic, partitions);
@@ -542,6 +1025,7 @@ void nemesis::scenario(uint64_t seed, long seconds) {
         test::eventually([&] { auto c = checkpoints(topic, partitions);
                                return !c.empty() && !c0.empty() && c[0] > c0[0] && c[2] > c0[2]; },
                          10s);
+        lossy_begins();
         run_svc("rc-kill " + std::to_string(p));
         auto since = f.now_ms();
         std::array<size_t, 2> dirty0{dirty_count(0), dirty_count(1)};
@@ -551,6 +1035,7 @@ void nemesis::scenario(uint64_t seed, long seconds) {
         std::cout << "  node " << r << " took over from " << p << " without its last writes\n";
       } else {
         auto since = f.now_ms();
+        lossy_begins();
         run_svc("rc-kill " + std::to_string(p));
         // DURING the fault: every node leaves ready (the shard is gone).
         bool both = test::eventually(
@@ -579,6 +1064,7 @@ void nemesis::scenario(uint64_t seed, long seconds) {
         continue;
       auto since = f.now_ms();
       std::array<size_t, 2> dirty0{dirty_count(0), dirty_count(1)};
+      detail = " (to node " + std::to_string(r) + ")";
       run_svc("rc-failover " + std::to_string(r));
       noticed(since, dirty0, "the failover to node " + std::to_string(r));
       last_failover[k] = clock_type::now();
@@ -593,8 +1079,10 @@ void nemesis::scenario(uint64_t seed, long seconds) {
         if (from == to || redis::slot_total(slots_of(from)) < 200)
           continue;
         run_svc("rc-move-slots " + std::to_string(from) + " " + std::to_string(to) + " 50");
+        detail = " (50 slots " + std::to_string(from) + " -> " + std::to_string(to) + ")";
       } else if (what == 1) {
         run_svc("rc-move-slot " + std::to_string(ns_slot) + " " + std::to_string(to));
+        detail = " (the namespace's slot -> " + std::to_string(to) + ")";
       } else {
         int of = ps[static_cast<size_t>(pick(static_cast<int>(ps.size())))];
         auto s = slots_of(of);
@@ -602,6 +1090,7 @@ void nemesis::scenario(uint64_t seed, long seconds) {
           continue;
         std::cout << "  the copy key slot of node " << of << " (" << s.front().first << ")\n";
         run_svc("rc-move-slot " + std::to_string(s.front().first) + " " + std::to_string(to));
+        detail = " (node " + std::to_string(of) + "'s copy key slot -> " + std::to_string(to) + ")";
       }
     } else if (kind == "scale") {
       // Half the time with the projection stopped (both nodes), started again after.
@@ -624,13 +1113,17 @@ void nemesis::scenario(uint64_t seed, long seconds) {
           continue;
         }
         added = std::stoi(r.last());
+        detail = " (node " + std::to_string(added) + " added)";
         for (int i = 0, k0 = pick(3); i < 2; ++i)
           if (int src = primary_in(1 + (k0 + i) % 3); src > 0)
             run_svc("rc-move-slots " + std::to_string(src) + " " + std::to_string(added) + " 50");
       } else {
         run_svc("rc-remove-primary " + std::to_string(added));
+        detail = " (node " + std::to_string(added) + " removed)";
         added = -1;
       }
+      if (stopped)
+        detail += " (projection stopped)";
       if (stopped) {
         f.start(0);
         f.start(1);
@@ -644,6 +1137,10 @@ void nemesis::scenario(uint64_t seed, long seconds) {
       if (a < 0 || b < 0)
         continue;
       auto since = f.now_ms();
+      // Not lossy unless a replica takes over meanwhile (below): no vote
+      // without a majority of primaries, but it is ruled out only after.
+      auto before = primaries_now();
+      lossy_begins();
       {
         test::pause_guard ga{pid_of(a)}, gb{pid_of(b)};
         auto until = clock_type::now() + 10s;
@@ -653,22 +1150,51 @@ void nemesis::scenario(uint64_t seed, long seconds) {
                                   + std::to_string(b));
       }
       std::cout << "  primaries " << a << " and " << b << " paused 10 s\n";
+      detail = " (primaries " + std::to_string(a) + ", " + std::to_string(b) + ")";
+      if (v.strict && wait_cluster_ok(30s).empty() && primaries_now() != before) {
+        lossy = true;
+        detail += " (a replica took over)";
+      }
     } else if (kind == "node-restart") {
       int k = pick(2);
+      detail = std::string{" (node "} + (k == 0 ? "a" : "b") + ")";
       if (!f.node[k]->exited()) {
         int rc = f.node[k]->stop();
         if (rc != 0)
           fail("node " + f.node[k]->name + " stopped with " + std::to_string(rc) + refusals(f.node[k]->text()));
       }
+      if (v.group) {
+        // The stopped node left the group: the other one takes its
+        // partitions (the rebalance extends its running generation) before
+        // the stopped one comes back and takes some of them again.
+        int o = 1 - k;
+        bool took = test::eventually(
+          [&] {
+            auto r = test::http_get(f.port[o], "/readyz", 1s);
+            auto j = nlohmann::json::parse(r.body, nullptr, false);
+            return r.status == 200 && !j.is_discarded() && j.contains("owned")
+                   && j["owned"].size() == static_cast<size_t>(partitions);
+          },
+          30s);
+        std::cout << "  node " << (o == 0 ? "a" : "b")
+                  << (took ? " owns every partition, ready" : " did not own every partition, ready, within 30 s")
+                  << "\n";
+        detail += took ? " (its partitions moved and came back)" : "";
+      }
       f.start(k);
     }
     ++fault_count[kind];
+    if (v.strict)
+      note_event(current_fault + detail, lossy);
     std::cout << "  " << kind << " done in " << ms_since(t) << " ms\n";
     if (!producer.error().empty())
       fail("the producer: " + producer.error());
     if (!heal(current_fault))
       break;
+    settled_compare(current_fault);
+    absorb();
   }
+  absorb();
 
   // Healing: the added primary removed, the set as the other tests want it,
   // the producer stopped, everything projected.
@@ -676,6 +1202,8 @@ void nemesis::scenario(uint64_t seed, long seconds) {
     std::lock_guard<std::mutex> lock{cp_mtx};
     current_fault = "final heal";
   }
+  if (v.strict)
+    note_event("final heal", false);
   if (added > 0)
     run_svc("rc-remove-primary " + std::to_string(added));
   if (auto w = ensure_healthy(); !w.empty())
@@ -740,6 +1268,24 @@ void nemesis::scenario(uint64_t seed, long seconds) {
   if (caught_up)
     std::cout << "caught up (every checkpoint at the log's end, no copy behind one) "
               << ms_since(t_caught) << " ms after Redis equalled the model\n";
+  if (v.strict) {
+    // The offsets the strict comparisons assumed (committed_log) against the
+    // log's end, now that the producer has stopped.
+    auto lg = producer.log();
+    auto r = test::run_cli(node_args("inspect", topic, partitions, {"--json"}));
+    auto j = nlohmann::json::parse(r.out, nullptr, false);
+    if (j.is_discarded() || !j.contains("broker"))
+      fail("inspect --json for the log's end: exit " + std::to_string(r.rc) + ": " + r.err);
+    else
+      for (auto& bp : j["broker"]["partitions"]) {
+        auto p = bp.value("partition", -1);
+        auto hw = bp.value("high_watermark", int64_t{-1});
+        if (p >= 0 && p < partitions && hw != lg.next[static_cast<size_t>(p)])
+          fail("partition " + std::to_string(p) + " ends at " + std::to_string(hw)
+               + " but the producer's count says " + std::to_string(lg.next[static_cast<size_t>(p)])
+               + ": the strict comparisons' offsets are wrong");
+      }
+  }
   else
     fail("the nodes did not catch up within 60 s of Redis equalling the model, so audit "
          "could not be conclusive: " + not_caught_up + "\n" + f.node[0]->status() + "; "
@@ -758,6 +1304,7 @@ void nemesis::scenario(uint64_t seed, long seconds) {
     for (auto& r : regressions)
       fail("a checkpoint moved backwards: " + r);
   }
+  absorb();
   auto aborted = delete_keys("convs:aborted-*");
   if (aborted != 0)
     fail(std::to_string(aborted) + " session sets of aborted transactions were projected");
@@ -774,23 +1321,43 @@ void nemesis::scenario(uint64_t seed, long seconds) {
   std::cout << "), " << producer.committed() << " transactions committed, " << producer.aborted()
             << " aborted, " << operator_actions << " documented operator action(s), "
             << failures.size() << " failure(s); logs in " << dir << "\n";
+  if (v.strict)
+    std::cout << "seed " << seed << " strict: " << compared_ok << " good comparisons below the "
+              << "checkpoints, " << inconclusive << " transitions inconclusive (a lossy fault "
+              << "began before the partition was taken on, or during the comparison)\n";
   if (auto admin = kafka::admin::make(kafka_cfg()))
     (*admin)->delete_topic(topic);
   if (failures.empty())
     test::sh("rm -rf " + dir);
 }
 
-} // namespace
-
-TEST_F(nemesis, SeededFaultsUnderALiveTransactionalProducer) {
+void nemesis::seeds(variant v) {
   long seconds = env_long("QSP_NEMESIS_SECONDS", 100);
   long seeds = env_long("QSP_NEMESIS_SEEDS", 1);
   uint64_t first = static_cast<uint64_t>(
     env_long("QSP_NEMESIS_SEED", static_cast<long>(std::random_device{}() & 0x7fffffff)));
   for (long i = 0; i < seeds && failures.empty(); ++i) {
-    ASSERT_NO_FATAL_FAILURE(scenario(first + static_cast<uint64_t>(i), seconds));
+    ASSERT_NO_FATAL_FAILURE(scenario(first + static_cast<uint64_t>(i), seconds, v));
   }
   for (auto& f : failures)
     ADD_FAILURE() << f;
   std::cout << "replay: QSP_NEMESIS_SEED=" << first << " QSP_NEMESIS_SECONDS=" << seconds << "\n";
+}
+
+// The findings variants (CTest label `findings`, outside the test command):
+// the same faults, compared below the checkpoints at every transition to
+// ready (issue 44, items 4 and 5).  Today's rules may fail them: each
+// failure names the seed and the events since the last good comparison.
+struct nemesis_findings : nemesis {};
+
+} // namespace
+
+TEST_F(nemesis, SeededFaultsUnderALiveTransactionalProducer) { seeds(variant{false, false}); }
+
+TEST_F(nemesis_findings, StaticNodesComparedAtEveryTransitionToReady) {
+  seeds(variant{false, true});
+}
+
+TEST_F(nemesis_findings, GroupNodesComparedAtEveryTransitionToReady) {
+  seeds(variant{true, true});
 }
