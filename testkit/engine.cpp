@@ -41,6 +41,7 @@ engine::engine(int32_t partitions, std::function<void(caf::actor_system_config&)
     self(sys, true),
     world(make_world(partitions)),
     ports(make_fake_ports(world)) {
+  exemption_ends_when_met = worlds_are_unkind_as_redis();
   settings.topic = world->topic;
   settings.ns = world->ns;
   settings.max_batch_records = 100;

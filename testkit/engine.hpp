@@ -145,6 +145,17 @@ struct engine {
   /// Redis was rolled back while the projection was ready: until it
   /// notices (leaves "ready"), its checkpoints may lie below its H0.
   bool rolled_back = false;
+  /// The rollback behind rolled_back (or a lossy shard failover) reset the
+  /// projection's connections: its next pull meets it.  With
+  /// exemption_ends_when_met, once a pull was answered and the projection
+  /// is still ready, the exemptions end (rolled_back, holes): ready is a
+  /// claim about this Redis again (issue 44; the kit's pull).
+  bool rollback_unmet = false;
+  /// Off (the default): a ready projection is exempt from [ready implies
+  /// H0] and [nothing lost] below a rollback until it leaves ready or is
+  /// reassigned.  On (worlds as unkind as Redis, the findings tests): only
+  /// until it met the rollback.
+  bool exemption_ends_when_met = false;
   /// A Redis Cluster shard failed over (Redis Cluster mode): that shard lost
   /// writes below checkpoints kept on other shards, which the projection
   /// repairs from its per-shard copies at its next start (docs/DESIGN.md §15).

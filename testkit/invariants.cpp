@@ -265,8 +265,10 @@ void engine::check_invariants() {
     if (h.check)
       if (auto broke = h.check(); !broke.empty())
         violation("[" + h.name + "] " + broke);
-  if (state() != "ready")
+  if (state() != "ready") {
     rolled_back = false;
+    rollback_unmet = false;
+  }
   // The shard hole closes once the projection restarted and is ready again.
 
   if (state() == "ready") {

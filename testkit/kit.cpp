@@ -156,7 +156,36 @@ caf::expected<partition_status> kit::partition(int32_t p) {
 }
 
 caf::expected<session_list> kit::pull(const std::string& user, uint32_t limit) {
-  return d_->ask_timed<session_list>(std::chrono::seconds{10}, atom::pull_v, user, limit);
+  auto res = d_->ask_timed<session_list>(std::chrono::seconds{10}, atom::pull_v, user, limit);
+  if (d_->exemption_ends_when_met && d_->rollback_unmet) {
+    // The pull met the rollback (its connection was reset).  Whatever that
+    // set off runs first; a projection still ready then claims Redis holds
+    // everything below its checkpoints and H0 (issue 45, rule 6), so the
+    // exemptions end here and the checks judge that claim.
+    d_->run_jobs();
+    d_->rollback_unmet = false;
+    if (d_->state() == "ready") {
+      d_->note("a pull met the rollback and the projection is still ready: the exemptions end");
+      d_->rolled_back = false;
+      d_->holes.clear();
+      d_->rebase();
+      d_->check_invariants();
+      // The pushes carry no partitions: ask for them, and hold each H0
+      // against what Redis holds now.
+      auto s = d_->ask_timed<projection_status>(std::chrono::seconds{10}, atom::status_v);
+      if (s && s->ready) {
+        lock g{d_->world->mtx};
+        for (auto& ps : s->partitions)
+          if (auto cp = d_->world->checkpoint(ps.partition); ps.h0 > 0 && (!cp || *cp < ps.h0))
+            d_->violation("[ready implies H0] ready after a pull met a rollback, while partition "
+                          + std::to_string(ps.partition) + "'s checkpoint is "
+                          + (cp ? std::to_string(*cp) : std::string{"<absent>"}) + " < H0 "
+                          + std::to_string(ps.h0));
+        d_->report();
+      }
+    }
+  }
+  return res;
 }
 
 const std::vector<projection_status>& kit::statuses() const { return *d_->seen; }

@@ -181,6 +181,7 @@ size_t kit::redis_failover(size_t writes) {
   d_->note("Redis failover: " + std::to_string(n) + " writes rolled back");
   d_->rebase();
   d_->rolled_back = d_->state() == "ready";
+  d_->rollback_unmet = d_->rolled_back && n > 0;
   return n;
 }
 
@@ -246,6 +247,7 @@ size_t kit::redis_shard_failover(int32_t shard, size_t writes, bool reset) {
   if (n > 0) {
     d_->shard_failed_over(shard);
     d_->rolled_back = d_->state() == "ready";
+    d_->rollback_unmet = d_->rolled_back && reset;
   }
   return n;
 }
@@ -270,6 +272,82 @@ int32_t kit::redis_move_slots(int32_t from, int32_t to, int32_t count) {
   if (n > 0)
     d_->world->moved_fault.arm(1);
   return n;
+}
+
+int32_t kit::redis_reshard_lowest(int32_t from, int32_t to, int32_t count) {
+  lock g{d_->world->mtx};
+  auto n = d_->world->move_slots(from, to, count, true);
+  d_->note("Redis Cluster: " + std::to_string(n) + " slots resharded (lowest first) from shard "
+           + std::to_string(from) + " to shard " + std::to_string(to));
+  if (n > 0)
+    d_->world->moved_fault.arm(1);
+  return n;
+}
+
+size_t kit::redis_shard_restart_from_disk(int32_t shard, size_t writes, bool rdb) {
+  lock g{d_->world->mtx};
+  auto n = d_->world->shard_restart_from_disk(shard, writes, rdb);
+  d_->note("Redis Cluster: shard " + std::to_string(shard) + " restarted from its "
+           + (rdb ? "RDB" : "AOF") + ", " + std::to_string(n) + " writes lost");
+  // A new history whatever it lost: the copies' judgement changes.
+  d_->shard_failed_over(shard);
+  d_->rolled_back = d_->state() == "ready";
+  d_->rollback_unmet = d_->rolled_back && n > 0;
+  return n;
+}
+
+bool kit::redis_shard_flushall(int32_t shard) {
+  lock g{d_->world->mtx};
+  bool ok = d_->world->shard_flushall(shard);
+  d_->note("Redis Cluster: FLUSHALL on shard " + std::to_string(shard)
+           + (ok ? std::string{} : std::string{" refused (it serves the namespace's slot)"}));
+  if (ok) {
+    d_->shard_failed_over(shard);
+    d_->rolled_back = d_->state() == "ready";
+  }
+  return ok;
+}
+
+void kit::redis_spend_epoch() {
+  lock g{d_->world->mtx};
+  d_->world->spend_epoch();
+  d_->note("Redis Cluster: an election spent an epoch");
+}
+
+void kit::redis_epoch_collision(int32_t a, int32_t b) {
+  lock g{d_->world->mtx};
+  d_->world->epoch_collision(a, b);
+  d_->note("Redis Cluster: shards " + std::to_string(a) + " and " + std::to_string(b)
+           + " collided on a configuration epoch");
+}
+
+bool kit::redis_shard_lost_and_covered(int32_t shard, int32_t to, bool bump) {
+  lock g{d_->world->mtx};
+  bool ok = shard != to && d_->world->shard_lost_and_covered(shard, to, bump);
+  d_->note("Redis Cluster: shard " + std::to_string(shard)
+           + (ok ? " lost, its slots covered again by shard " + std::to_string(to)
+                     + (bump ? " (BUMPEPOCH)" : " (ADDSLOTS alone)")
+                 : std::string{" not lost (it serves the namespace's slot)"}));
+  if (ok) {
+    // Its slots' keys are gone (a loss only replay can repair); the shard
+    // indexes above it shift down, the holes' with them.
+    auto moved = [&](int32_t s) {
+      if (s == shard)
+        return to > shard ? to - 1 : to;
+      return s > shard ? s - 1 : s;
+    };
+    for (auto& [p, h] : d_->holes) {
+      std::set<int32_t> now;
+      for (auto s : h.shards)
+        now.insert(moved(s));
+      h.shards = std::move(now);
+    }
+    d_->shard_failed_over(moved(shard));
+    d_->rolled_back = d_->state() == "ready";
+    d_->rollback_unmet = d_->rolled_back;
+    d_->world->moved_fault.arm(1);
+  }
+  return ok;
 }
 
 bool kit::redis_remove_primary(int32_t shard) {

@@ -195,7 +195,8 @@ private:
       k_.redis_error_reply();
     } else if ((r == 3 || r == 4) && opts_.redis_shards == 0) {
       // (In Redis Cluster mode a failover is one shard's: below.)
-      k_.redis_failover(static_cast<size_t>(between(1, 6)));
+      if (k_.redis_failover(static_cast<size_t>(between(1, 6))) > 0)
+        idle_pulls();
     } else if (r == 3 || r == 4) {
       k_.redis_error_reply();
     } else if (r == 5) {
@@ -224,6 +225,12 @@ private:
   // slots moving into a primary that failed over since its copy (the start
   // cannot tell an import before the failover from one after it).
   void cluster_fault() {
+    if (opts_.as_unkind_as_redis) {
+      unkind_cluster_fault();
+      if (chance(0.3))  // two in a row: the second before anything re-judged the first
+        unkind_cluster_fault();
+      return;
+    }
     auto shards = k_.redis_shard_count();
     auto shard = static_cast<int32_t>(pick(static_cast<size_t>(shards)));
     auto r = between(0, 5);
@@ -265,6 +272,95 @@ private:
     }
   }
 
+  /// The host's clients right after a lossy fault, before any record
+  /// arrives: an idle, ready projection must not serve what Redis lost.
+  void idle_pulls() {
+    if (!opts_.as_unkind_as_redis)
+      return;
+    for (int n = between(1, 2); n > 0; --n)
+      (void) k_.pull("u" + std::to_string(between(0, 7)), 10);
+  }
+
+  /// Redis Cluster as Redis is: any event at any time, whatever the copies
+  /// can prove (as_unkind_as_redis).
+  void unkind_cluster_fault() {
+    auto shards = k_.redis_shard_count();
+    auto shard = static_cast<int32_t>(pick(static_cast<size_t>(shards)));
+    auto other = [&] {
+      return static_cast<int32_t>(
+        (shard + 1 + static_cast<int32_t>(pick(static_cast<size_t>(shards - 1)))) % shards);
+    };
+    switch (between(0, 11)) {
+      case 0:
+        ++res_.cluster_failovers;
+        if (k_.redis_shard_failover(shard, static_cast<size_t>(between(1, 6)), chance(0.7)) > 0)
+          idle_pulls();
+        break;
+      case 1:
+        ++res_.cluster_failovers;
+        k_.redis_shard_failover(shard, 0, chance(0.5));
+        break;
+      case 2:
+        if (shards < opts_.redis_shards + 2) {
+          ++res_.cluster_reshards;
+          auto joined = k_.redis_add_primary();
+          k_.redis_move_slots(shard, joined, between(1, 400));
+        }
+        break;
+      case 3:
+        if (shards > 1) {
+          ++res_.cluster_reshards;
+          auto to = other();
+          k_.redis_move_slots(shard, to, between(1, 400));
+          if (chance(0.5))
+            k_.redis_move_slots(to, shard, between(1, 400));
+        }
+        break;
+      case 4:
+        if (shards > opts_.redis_shards) {
+          ++res_.cluster_reshards;
+          k_.redis_remove_primary(shard);
+        }
+        break;
+      case 5:
+        if (auto p = any_partition(); k_.checkpoint(p).value_or(0) > 0) {
+          ++res_.retentions;
+          k_.delete_records(p, *k_.checkpoint(p));
+        }
+        break;
+      case 6:
+        ++res_.cluster_failovers;
+        if (k_.redis_shard_restart_empty(shard))
+          idle_pulls();
+        break;
+      case 7:
+        ++res_.cluster_failovers;
+        k_.redis_shard_restart_from_disk(shard, static_cast<size_t>(between(0, 4)), chance(0.5));
+        idle_pulls();
+        break;
+      case 8:
+        if (k_.redis_shard_flushall(shard))
+          idle_pulls();
+        break;
+      case 9:
+        if (shards > 1 && chance(0.5))
+          k_.redis_epoch_collision(shard, other());
+        else
+          k_.redis_spend_epoch();
+        break;
+      case 10:
+        if (shards > 1 && k_.redis_shard_lost_and_covered(shard, other(), chance(0.7)))
+          idle_pulls();
+        break;
+      default:
+        if (shards > 1) {
+          ++res_.cluster_reshards;
+          k_.redis_reshard_lowest(shard, other(), between(1, 400));
+        }
+        break;
+    }
+  }
+
   void broker_fault() {
     ++res_.broker_faults;
     auto r = between(0, 2);
@@ -287,6 +383,12 @@ private:
         stop_failed_ = true;
       if (opts_.ownership_changes && !owned_.empty())
         k_.assign_async(std::vector<int32_t>(owned_.begin(), owned_.end()));
+      if (opts_.as_unkind_as_redis && chance(0.4)) {
+        // A Redis fault soon after the start, when a rollback can take back
+        // what the catch-up wrote (its first checkpoints included).
+        k_.advance(std::chrono::milliseconds{between(20, 400)});
+        redis_fault();
+      }
       return;
     }
     ++res_.ownership_changes;

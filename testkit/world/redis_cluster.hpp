@@ -176,6 +176,15 @@ struct simulated_redis_cluster : virtual world_core {
   /// (redis_cluster_session_store::check_judged).  (A start's refresh reads
   /// them as it writes: the same either way.)  For the findings tests.
   bool stamps_as_read = false;
+  /// Off (the default): the registry of the primaries the namespace has
+  /// known (core::redis_cluster_state::known_primaries) lives outside every
+  /// shard, so nothing loses it.  On: as the product keeps it, a hash
+  /// (registry_key) in the namespace's shard, written after the start's
+  /// WAIT: a lossy failover of that shard, a flush or an empty restart
+  /// takes it back with the other keys.  For the findings tests.
+  bool registry_in_shard = false;
+  /// The registry's key (redis/stores.cpp, primaries_key).
+  std::string registry_key() const;
 
 private:
   friend class fake_checkpoint_store;

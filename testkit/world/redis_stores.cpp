@@ -416,6 +416,21 @@ caf::expected<core::redis_cluster_state> fake_checkpoint_store::cluster_state(co
     auto m = w_->hashes.find(w_->meta_key());
     st.copies_marked = m != w_->hashes.end() && m->second.count(core::copies_field) != 0;
   }
+  if (w_->registry_in_shard) {
+    // As redis_checkpoint_store::cluster_state: HGETALL of the registry key,
+    // node id -> "replid replid ...", whatever the namespace's shard holds.
+    st.known_primaries.clear();
+    if (auto r = w_->hashes.find(w_->registry_key()); r != w_->hashes.end())
+      for (auto& [node, text] : r->second) {
+        auto& replids = st.known_primaries[node];
+        for (size_t at = 0; at < text.size();) {
+          auto sp = std::min(text.find(' ', at), text.size());
+          if (sp > at)
+            replids.insert(text.substr(at, sp - at));
+          at = sp + 1;
+        }
+      }
+  }
   return st;
 }
 
@@ -455,8 +470,23 @@ caf::expected<void> fake_checkpoint_store::refresh_copies(const core::identity&,
     w_->wait_replicas(plan.must_wait);
   else
     w_->wait_all_replicas();
-  for (auto& [node, j] : plan.primaries)
-    w_->cluster.known_primaries[node].insert(j.replid);
+  if (w_->registry_in_shard) {
+    // As redis_checkpoint_store::refresh_copies: one HSET of the registry
+    // key in the namespace's shard, after the WAIT (not followed by one):
+    // a lossy failover of that shard can take it back.
+    simulated_redis::write_scope write{*w_};
+    auto key = w_->registry_key();
+    w_->note_key(key);
+    auto& h = w_->hashes[key];
+    for (auto& [node, j] : plan.primaries) {
+      auto& v = h[node];
+      if ((" " + v + " ").find(" " + j.replid + " ") == std::string::npos)
+        v = v.empty() ? j.replid : v + " " + j.replid;
+    }
+  } else {
+    for (auto& [node, j] : plan.primaries)
+      w_->cluster.known_primaries[node].insert(j.replid);
+  }
   if (plan.mark) {
     simulated_redis::write_scope write{*w_};
     w_->note_key(w_->meta_key());

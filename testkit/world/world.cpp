@@ -15,14 +15,22 @@ std::atomic<bool> worlds_as_unkind_as_redis{false};
 
 void set_worlds_as_unkind_as_redis(bool on) { worlds_as_unkind_as_redis = on; }
 
+bool worlds_are_unkind_as_redis() { return worlds_as_unkind_as_redis; }
+
 fake_world::fake_world(int32_t partition_count) : simulated_broker(partition_count) {
   waits_as_the_product = worlds_as_unkind_as_redis;
   stamps_as_read = worlds_as_unkind_as_redis;
+  registry_in_shard = worlds_as_unkind_as_redis;
 }
 
 // -- the projection's keys ----------------------------------------------------------
 
 std::string fake_world::meta_key() const { return ns + ":meta"; }
+
+std::string simulated_redis_cluster::registry_key() const {
+  auto& w = static_cast<const fake_world&>(*this);
+  return w.ns + ":primaries:" + w.topic;
+}
 
 std::string fake_world::checkpoint_prefix() const { return ns + ":checkpoint:" + topic + ":"; }
 

@@ -68,9 +68,11 @@ private:
 };
 
 /// Worlds made from now on (in this process) are as unkind as Redis where
-/// today's rules assume it kinder (waits_as_the_product, stamps_as_read):
-/// for the findings tests (tests/testkit/findings_test.cpp).
+/// today's rules assume it kinder (waits_as_the_product, stamps_as_read,
+/// registry_in_shard, rollbacks_met_end_the_exemption): for the findings
+/// tests (tests/testkit/findings_test.cpp).
 void set_worlds_as_unkind_as_redis(bool on);
+bool worlds_are_unkind_as_redis();
 
 /// A world with `partition_count` empty partitions and a factory over it.
 std::shared_ptr<fake_world> make_world(int32_t partition_count);

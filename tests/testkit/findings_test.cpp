@@ -1,16 +1,18 @@
-// Findings: the randomized schedules in a simulated Redis Cluster that is
-// as unkind as Redis where today's rules assume it kinder (testkit/world/
-// redis_cluster.hpp: waits_as_the_product, a start's refresh makes durable
-// only what the product WAITs for; stamps_as_read, a copy carries what its
-// store read of the primary).  These schedules fail today: each
-// failing seed is a loss or a refusal the Redis Cluster rules do not handle
-// yet.  They run under the CTest label `findings`, which the test command
-// (scripts/test) leaves out until those rules are fixed; run them with
+// Findings: the randomized schedules in a world as unkind as Redis where
+// today's rules assume it kinder (qsp::test::set_worlds_as_unkind_as_redis:
+// waits_as_the_product, stamps_as_read, registry_in_shard, the checker's
+// rollback exemptions ending once met) drawing what Redis does
+// (schedule_options::as_unkind_as_redis), and a host team's sequence.
+// They fail today: each failing seed is a loss or a refusal the rules do
+// not handle yet.  They run under the CTest label `findings`, which the test
+// command (scripts/test) leaves out until those rules are fixed; run them
+// with
 //
 //     ctest --test-dir build -L findings --output-on-failure
 //
-// QSP_SCHEDULE_SEEDS (default 1000) scales the seed range (only the seeds
-// in Redis Cluster mode run: every third); QSP_SCHEDULE_SEED=N replays one.
+// QSP_SCHEDULE_SEEDS (default 1000) scales the seed range (each test runs
+// its topology's seeds of the mix); QSP_SCHEDULE_SEED=N replays one
+// (--gtest_filter picks the test).  docs/TESTING.md §8 lists what they find.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -26,15 +28,36 @@ namespace {
 using qsp::testkit::run_schedule;
 using qsp::testkit::schedule_options;
 
-/// The schedule mix's Redis Cluster seeds (tests/testkit/schedule_test.cpp).
-schedule_options cluster_options(uint64_t seed) {
+/// The schedule mix (tests/testkit/schedule_test.cpp), as unkind as Redis:
+/// every other seed with ownership changes, every third in Redis Cluster
+/// mode with three shards.
+schedule_options unkind_options(uint64_t seed) {
   schedule_options o;
   o.ownership_changes = seed % 2 == 1;
-  o.redis_shards = 3;
+  o.redis_shards = seed % 3 == 0 ? 3 : 0;
+  o.as_unkind_as_redis = true;
   return o;
 }
 
-TEST(Findings, SchedulesInARedisClusterAsUnkindAsRedis) {
+/// The finding in a failure: the first invariant broken (a loss), else
+/// the refusal (its cause), else the first line after the header.
+std::string finding_of(const std::string& failure) {
+  auto line_at = [&](size_t at) {
+    auto end = failure.find('\n', at);
+    return failure.substr(at, std::min<size_t>(end - at, 300));
+  };
+  static const std::string broke = "invariant violated:\n";
+  if (auto i = failure.find(broke); i != std::string::npos)
+    return "broken: " + line_at(i + broke.size());
+  if (auto i = failure.find("refused: "); i != std::string::npos)
+    return "refusal: " + line_at(i);
+  auto first = failure.find('\n');
+  return first == std::string::npos ? failure : line_at(first + 1);
+}
+
+/// Runs the seeds of the mix that `pick` takes (QSP_SCHEDULE_SEED=N: N
+/// alone, verbose), printing one line per failing seed; the failures.
+size_t run_findings(const char* what, bool (*pick)(uint64_t)) {
   qsp::test::set_worlds_as_unkind_as_redis(true);
   std::vector<uint64_t> seeds;
   if (auto one = std::getenv("QSP_SCHEDULE_SEED")) {
@@ -42,23 +65,74 @@ TEST(Findings, SchedulesInARedisClusterAsUnkindAsRedis) {
   } else {
     auto n = std::getenv("QSP_SCHEDULE_SEEDS");
     auto last = n == nullptr ? 1000 : std::strtoull(n, nullptr, 10);
-    for (uint64_t s = 3; s <= last; s += 3)
-      seeds.push_back(s);
+    for (uint64_t s = 1; s <= last; ++s)
+      if (pick(s))
+        seeds.push_back(s);
   }
   size_t failed = 0;
   for (auto seed : seeds) {
-    auto o = cluster_options(seed);
+    auto o = unkind_options(seed);
     o.verbose = seeds.size() == 1;
     auto r = run_schedule(seed, 200, o);
     if (!r.ok) {
       ++failed;
-      std::printf("[findings] seed %llu: %s\n", static_cast<unsigned long long>(seed),
-                  r.failure.substr(0, r.failure.find('\n', r.failure.find('\n') + 1)).c_str());
+      std::printf("[findings] %s seed %llu, step %zu: %s\n", what,
+                  static_cast<unsigned long long>(seed), r.steps, finding_of(r.failure).c_str());
+      // The Redis events among the last ones before it: which fault led there.
+      for (size_t at = r.failure.find("last events:"); at != std::string::npos;) {
+        auto end = r.failure.find('\n', at + 1);
+        auto line = r.failure.substr(at + 1, end == std::string::npos ? end : end - at - 1);
+        if (line.find("Redis") != std::string::npos)
+          std::printf("[findings]     %s\n", line.c_str());
+        at = end;
+      }
     }
   }
   qsp::test::set_worlds_as_unkind_as_redis(false);
-  EXPECT_EQ(failed, 0u) << failed << " of " << seeds.size()
-                        << " Redis Cluster schedules failed (each line above names its seed)";
+  std::printf("[findings] %s: %zu of %zu seeds failed\n", what, failed, seeds.size());
+  return failed;
+}
+
+TEST(Findings, SchedulesInARedisClusterAsUnkindAsRedis) {
+  auto failed = run_findings("redis-cluster", [](uint64_t s) { return s % 3 == 0; });
+  EXPECT_EQ(failed, 0u) << "Redis Cluster schedules failed (each line above names its seed)";
+}
+
+// Every topology: an idle, ready projection after a rollback it met (a
+// pull right after a lossy failover) must not serve what Redis lost.
+TEST(Findings, SchedulesWithOneRedisAsUnkindAsRedis) {
+  auto failed = run_findings("one-redis", [](uint64_t s) { return s % 3 != 0; });
+  EXPECT_EQ(failed, 0u) << "single-Redis schedules failed (each line above names its seed)";
+}
+
+} // namespace
+
+namespace {
+
+// A host team's finding (every topology): an idle, ready projection serves
+// rolled-back data.  Six conversations for alice; a failover to a replica
+// that missed the last two writes (the ZADDs and the first checkpoint);
+// every pull after the first must either be refused or serve all six.
+TEST(Findings, AnIdleReadyProjectionAfterARollbackItMet) {
+  qsp::test::set_worlds_as_unkind_as_redis(true);
+  qsp::testkit::kit_options o;
+  o.partitions = 1;
+  qsp::testkit::kit k{o};
+  for (int i = 0; i < 6; ++i)
+    k.produce(0, "c" + std::to_string(i), 1000 + i, {"alice"});
+  k.start();
+  ASSERT_TRUE(k.run_until_ready(std::chrono::seconds{10})) << k.explain();
+  ASSERT_EQ(k.redis_failover(2), 2u);
+  for (int i = 0; i < 3; ++i) {
+    auto served = k.pull("alice", 10);
+    if (served) {
+      EXPECT_EQ(served->size(), 6u) << "pull " << i << " served " << served->size()
+                                    << " of alice's 6 conversations while "
+                                    << (k.ready() ? "ready" : "not ready");
+    }
+  }
+  EXPECT_FALSE(k.failed()) << k.explain();
+  qsp::test::set_worlds_as_unkind_as_redis(false);
 }
 
 } // namespace

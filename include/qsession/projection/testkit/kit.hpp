@@ -384,6 +384,9 @@ public:
   /// MOVED.  A later failover of `to` that loses this import loses those
   /// keys.  Returns how many slots moved.
   int32_t redis_move_slots(int32_t from, int32_t to, int32_t count);
+  /// The same, taking `from`'s lowest slots as redis-cli --cluster reshard
+  /// does (a copy key lives in its primary's lowest slot).
+  int32_t redis_reshard_lowest(int32_t from, int32_t to, int32_t count);
   /// Moves every slot of `shard` to the next primary and removes it from
   /// the cluster (shard indexes above it shift down).  False if it serves
   /// the namespace's slot or is the last primary.
@@ -393,6 +396,26 @@ public:
   /// that shard by design (docs/OPERATIONS.md, "A shard without a copy").
   /// False if it serves the namespace's slot.
   bool redis_shard_restart_empty(int32_t shard);
+  /// `shard`'s primary restarts from its own persistence, having lost its
+  /// last `writes` writes (what its AOF had not synced; 0: a clean
+  /// shutdown): the same node id, a new replid; `rdb`: the file kept the
+  /// old replid, which becomes its replid2, else (an AOF) no former
+  /// history.  Its replicas resync from it.  Returns the writes lost.
+  size_t redis_shard_restart_from_disk(int32_t shard, size_t writes, bool rdb);
+  /// FLUSHALL on `shard`'s primary, replicated: every key in its slots is
+  /// gone, in the same history.  False if it serves the namespace's slot.
+  bool redis_shard_flushall(int32_t shard);
+  /// An election that failed spends an epoch: every node's current epoch
+  /// rises; no primary's configuration epoch changes.
+  void redis_spend_epoch();
+  /// Shards `a` and `b` hold the same configuration epoch; Redis resolves
+  /// it (the smaller node id takes a new, the largest, epoch).
+  void redis_epoch_collision(int32_t a, int32_t b);
+  /// `shard`'s primary and replica are lost and shard `to` covers its slots
+  /// again, empty (CLUSTER ADDSLOTS; `bump`: then CLUSTER BUMPEPOCH, as
+  /// redis-cli --cluster fix does).  False if `shard` serves the
+  /// namespace's slot or `to` is not another shard.
+  bool redis_shard_lost_and_covered(int32_t shard, int32_t to, bool bump = true);
   /// Whether `shard`'s primary holds its own copy of the positions,
   /// written in its current history after its last slot import: a
   /// failover of it now loses only what the projection can replay.

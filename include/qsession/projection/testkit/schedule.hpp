@@ -53,6 +53,15 @@ struct schedule_options {
   int32_t redis_shards = 0;
   /// projection.ownership = host, with assign/revoke in the schedule.
   bool ownership_changes = true;
+  /// Off (the default): only what today's rules can prove is drawn (see
+  /// cluster faults in testkit/schedule.cpp).  On: Redis as unkind as it
+  /// is: in Redis Cluster mode faults at any time, two in a row, empty
+  /// restarts, restarts from persistence, FLUSHALL of one shard, spent
+  /// epochs, epoch collisions, a lost shard covered again, reshards of the
+  /// lowest slots, retention at any time; and in every topology, pulls from
+  /// the host's side right after every lossy failover (the idle window).
+  /// For the findings tests (CTest label `findings`).
+  bool as_unkind_as_redis = false;
   /// Print each step to stderr.
   bool verbose = false;
   /// The host's actors and invariants (none by default).
