@@ -864,8 +864,19 @@ void nemesis::scenario(uint64_t seed, long seconds, variant v) {
                    "delete the namespace and the copies, start\n";
       for (int k = 0; k < 2; ++k)
         if (!f.node[k]->exited())
-          if (int rc = f.node[k]->stop(); rc != 0)
-            fail("node " + f.node[k]->name + " stopped with " + std::to_string(rc));
+          if (int rc = f.node[k]->stop(); rc != 0) {
+            // The other node's start judges the same copies: it may refuse
+            // the same way between the exit check above and this stop.
+            auto lines = lines_with(f.node[k]->text(), "] refused: ");
+            std::string why;
+            if (rc == 3 && !lines.empty()
+                && std::all_of(lines.begin(), lines.end(),
+                               [&](const std::string& l) { return documented_refusal(l, &why); }))
+              refused_lines.insert(refused_lines.end(), lines.begin(), lines.end());
+            else
+              fail("node " + f.node[k]->name + " stopped with " + std::to_string(rc)
+                   + refusals(f.node[k]->text()));
+          }
       refusal_check(refused_lines);
       note_event("rebuild after a refusal", false);
       delete_keys(ns + ":*");
@@ -1236,12 +1247,30 @@ void nemesis::scenario(uint64_t seed, long seconds, variant v) {
       fail("the producer: " + producer.error());
     if (!heal(current_fault))
       break;
-    // QSP_NEMESIS_PLANT_LOSS=1 (strict variants, a check of the check): one
-    // user's session set deleted behind the nodes' backs after the first
-    // fault; the comparison after it must name convs:u0 and fail the run.
-    if (v.strict && !planted && env_long("QSP_NEMESIS_PLANT_LOSS", 0) == 1) {
+    // QSP_NEMESIS_PLANT_LOSS (strict variants, checks of the checks), after
+    // the first fault: 1, one user's session set deleted behind the nodes'
+    // backs (the comparison after it must name convs:u0 and fail the run);
+    // 2, with both nodes stopped, pair 2 failed over gracefully and back, no
+    // copy written in between (the start refuses, "foreign", after graceful
+    // events only: the refusal check must fail the run).
+    if (long plant = env_long("QSP_NEMESIS_PLANT_LOSS", 0); v.strict && !planted && plant > 0) {
       planted = true;
-      std::cout << "  planted a loss: " << delete_keys(convs + "u0") << " key(s) convs:u0 deleted\n";
+      if (plant == 1) {
+        std::cout << "  planted a loss: " << delete_keys(convs + "u0") << " key(s) convs:u0 deleted\n";
+      } else {
+        for (int k = 0; k < 2; ++k)
+          if (!f.node[k]->exited())
+            f.node[k]->stop();
+        run_svc("rc-failover " + std::to_string(replica_in(2)));
+        std::this_thread::sleep_for(11s);  // the shard's masters vote again after 2 x node timeout
+        run_svc("rc-failover " + std::to_string(replica_in(2)));
+        note_event("planted: pair 2 failed over and back with the nodes stopped", false);
+        std::cout << "  planted a refusal: pair 2 failed over and back with the nodes stopped\n";
+        f.start(0);
+        f.start(1);
+        if (!heal("the planted refusal"))
+          break;
+      }
     }
     settled_compare(current_fault);
     absorb();
