@@ -36,6 +36,10 @@ const char* name(id x) noexcept {
       return "copies_one_failover_back";
     case id::copies_partial:
       return "copies_partial";
+    case id::copies_plain_hset:
+      return "copies_plain_hset";
+    case id::copies_stamped_at_open:
+      return "copies_stamped_at_open";
   }
   return "unknown";
 }

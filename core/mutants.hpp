@@ -29,6 +29,14 @@
 // - copies_partial (actors/metadata_verifier.cpp): a start writes no copies
 //   (the first one seeds only its own partitions), so a new copy key names
 //   only the partitions written since (issue 32's finding 2).
+// - copies_plain_hset (redis/cluster_stores.cpp and the kit's fake session
+//   store): a running node writes its copies with a plain HSET, which
+//   re-creates a copy a FLUSHALL (or a restart without data) removed, at
+//   positions whose entries that primary lost (issue 45, rule 3).
+// - copies_stamped_at_open (redis/cluster_stores.cpp and the kit's fake
+//   session store): a running node stamps its copies with the cluster
+//   epoch its store read when it opened, not when it writes them (issue
+//   45, rule 4): a later start blames a failover on epochs spent before.
 #pragma once
 
 #include <cstdint>
@@ -44,6 +52,8 @@ enum class id : uint8_t {
   stale_fence,
   copies_one_failover_back,
   copies_partial,
+  copies_plain_hset,
+  copies_stamped_at_open,
 };
 
 /// The active mutant (a relaxed atomic load); none in production.

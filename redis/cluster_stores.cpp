@@ -41,17 +41,38 @@ struct put_result {
 };
 using positions_map = std::map<int32_t, std::pair<int64_t, int32_t>>;
 
+/// A running node's copy write (issue 45, rule 3): the copy key must still
+/// stand with the history the start judged (its shard_replid field), or
+/// nothing is written and the script answers 0.  Only a start creates a
+/// copy: one re-created by a running node (after a FLUSHALL, a restart
+/// without data, a lost shard covered again) would vouch for positions
+/// whose entries that primary lost.
+constexpr const char* guarded_copy_script =
+  "if redis.call('HGET', KEYS[1], 'shard_replid') ~= ARGV[1] then return 0 end "
+  "redis.call('HSET', KEYS[1], unpack(ARGV, 2)) return 1";
+
 /// `positions_of(f)`: what primary f's copy names (null: f gets none).
+/// `judged` (a running node's writes): node id -> the history its copy
+/// must still stand with (guarded_copy_script); null: a start's plain HSET.
 template <class PositionsOf>
 put_result put_copies(cluster_router& router, const std::vector<primary_facts>& facts,
-                      const core::identity& id, PositionsOf positions_of) {
+                      const core::identity& id, PositionsOf positions_of,
+                      const std::map<std::string, core::judged_primary>* judged = nullptr) {
+  // (copies_one_failover_back and copies_partial are code from before
+  // issue 32, when a running node's plain HSET created copies too.)
+  auto m = mutant::active();
+  bool guarded = judged != nullptr && m != mutant::id::copies_plain_hset
+                 && m != mutant::id::copies_one_failover_back && m != mutant::id::copies_partial;
   std::vector<std::pair<connection*, address>> sent;
   // The commands, kept for an ASK's resend (views into keys/fields).
   std::vector<std::string> keys;
   std::vector<std::vector<std::pair<std::string, std::string>>> all_fields;
   std::vector<std::vector<std::string_view>> argvs;
+  std::vector<std::string> histories;  ///< the guarded script's ARGV[1] per key
+  std::vector<const primary_facts*> sent_facts;  ///< whose copy each of `sent` is
   keys.reserve(facts.size());
   all_fields.reserve(facts.size());
+  histories.reserve(facts.size());
   for (auto& f : facts) {
     auto s = router.map().shard_by_node(f.node_id);
     if (s < 0)
@@ -77,6 +98,12 @@ put_result put_copies(cluster_router& router, const std::vector<primary_facts>& 
     keys.push_back(node_copy_key(tag, router.config().ns, id.topic, f.node_id));
     all_fields.push_back(encode_copy_fields(copy));
     std::vector<std::string_view> argv{"HSET", keys.back()};
+    if (guarded) {
+      // (check_judged let only judged primaries through.)
+      auto j = judged->find(f.node_id);
+      histories.push_back(j != judged->end() ? j->second.replid : f.replid);
+      argv = {"EVAL", guarded_copy_script, "1", keys.back(), histories.back()};
+    }
     for (auto& [k, v] : all_fields.back()) {
       argv.push_back(k);
       argv.push_back(v);
@@ -91,14 +118,25 @@ put_result put_copies(cluster_router& router, const std::vector<primary_facts>& 
       return {err};
     }
     sent.emplace_back(*c, to);
+    sent_facts.push_back(&f);
     argvs.push_back(std::move(argv));
   }
+  auto copy_gone = [&](const primary_facts& f) {
+    return caf::make_error(ec::redis_unavailable,
+                           "redis cluster: primary " + f.address + " (node " + f.node_id.substr(0, 8)
+                             + ") no longer holds its copy in the history this generation's start "
+                               "judged (a FLUSHALL, a restart without its data, or its slots "
+                               "covered again after a loss): a running node never re-creates a "
+                               "copy; the restart judges the copies again");
+  };
   put_result out;
   std::vector<std::pair<size_t, redirection>> asked;
   for (size_t k = 0; k < sent.size(); ++k) {
     auto& [c, to] = sent[k];
     // Every reply is read, so that each connection stays in step.
-    auto r = c->read_reply("HSET");
+    auto r = c->read_reply(guarded ? "the guarded copy write" : "HSET");
+    if (r && guarded && (*r)->type == REDIS_REPLY_INTEGER && (*r)->integer == 0 && !out.err)
+      out.err = copy_gone(*sent_facts[k]);
     if (r || out.err)
       continue;
     if (gone(r.error())) {
@@ -136,7 +174,11 @@ put_result put_copies(cluster_router& router, const std::vector<primary_facts>& 
       break;
     }
     auto a = (*c)->read_reply("ASKING");
-    auto r = (*c)->read_reply("HSET");
+    auto r = (*c)->read_reply(guarded ? "the guarded copy write" : "HSET");
+    if (a && r && guarded && (*r)->type == REDIS_REPLY_INTEGER && (*r)->integer == 0) {
+      out.err = copy_gone(*sent_facts[k]);
+      continue;
+    }
     if (!a || !r) {
       out.err = !a ? a.error() : r.error();
       out.redirected = !r && parse_redirection(reply_text(r.error(), **c)).has_value();
@@ -712,6 +754,30 @@ caf::error redis_cluster_session_store::check_judged() const {
   return caf::none;
 }
 
+caf::error redis_cluster_session_store::read_epochs() {
+  for (auto& f : facts_) {
+    auto s = router_->map().shard_by_node(f.node_id);
+    if (s < 0)
+      continue;  // put_copies names it (no longer in the slot map)
+    auto& p = router_->map().shards()[static_cast<size_t>(s)].primary;
+    auto c = router_->at(address_of(p), cluster_router::sync_lane);
+    if (!c)
+      return c.error();
+    auto ci = (*c)->command({"CLUSTER", "INFO"});
+    if (!ci)
+      return ci.error();
+    auto* r = ci->get();
+    if (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_VERB)
+      return caf::make_error(ec::redis_reply, (*c)->where() + ": CLUSTER INFO: not a text reply");
+    auto fields = info_fields(std::string_view{r->str, r->len});
+    if (auto e = core::parse_decimal(fields["cluster_my_epoch"]))
+      f.config_epoch = *e;
+    if (auto e = core::parse_decimal(fields["cluster_current_epoch"]))
+      f.current_epoch = *e;
+  }
+  return caf::none;
+}
+
 caf::expected<void> redis_cluster_session_store::write_copies(
   const core::identity& id, const std::map<int32_t, std::pair<int64_t, int32_t>>& positions) {
   if (positions.empty())
@@ -735,9 +801,19 @@ caf::expected<void> redis_cluster_session_store::write_copies(
   }
   if (auto err = check())
     return err;
+  // The epochs as they are when the copies are written, not as this store
+  // read them when it opened: a later start compares the copy's cluster
+  // epoch with the primaries' configuration epochs (core/copies.cpp), and a
+  // stale one blames a failover on epochs spent before the copy (the
+  // review's third sequence: "epoch 13 held by none").  The mutant
+  // copies_stamped_at_open keeps the old stamps.
+  if (mutant::active() != mutant::id::copies_stamped_at_open) {
+    if (auto err = read_epochs())
+      return err;
+  }
   auto all = [&](const primary_facts&) { return &positions; };
   for (int attempt = 0; attempt < 4; ++attempt) {
-    auto put = put_copies(*router_, facts_, id, all);
+    auto put = put_copies(*router_, facts_, id, all, &expected_);
     if (!put.err)
       return {};
     if (!put.redirected)

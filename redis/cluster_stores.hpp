@@ -69,6 +69,9 @@ private:
   caf::error check_judged() const;
   /// The check before issue 32 (the mutant copies_one_failover_back).
   caf::error one_failover_back() const;
+  /// CLUSTER INFO of every primary of facts_: their epochs as they are now,
+  /// stamped on the copies about to be written (issue 45, rule 4).
+  caf::error read_epochs();
   redis_cluster_session_store(std::unique_ptr<cluster_router> r, std::shared_ptr<metrics> stats)
     : router_(std::move(r)), stats_(std::move(stats)) {}
   void count(const address& to, const metrics::shard_counters& add) {

@@ -512,6 +512,31 @@ caf::expected<void> fake_session_store::write_copies(
                              + ") is not one this generation's start judged in its history "
                                "under its copy tag: no copy is written to it");
   };
+  // As the product's guarded copy write (issue 45, rule 3): a running node
+  // writes a copy only where it still stands with the history the start
+  // judged; it never re-creates one (the mutant copies_plain_hset does).
+  auto gone = [&]() -> caf::error {
+    // (copies_one_failover_back and copies_partial are code from before
+    // issue 32, when a running node's plain HSET created copies too.)
+    auto m = mutant::active();
+    if (m == mutant::id::copies_plain_hset || m == mutant::id::copies_one_failover_back
+        || m == mutant::id::copies_partial)
+      return caf::none;
+    for (auto& sh : w_->cluster.shards) {
+      if (sh.slots.empty() || copy_tag_of(sh).empty())
+        continue;
+      auto e = expected_.find(sh.node_id);
+      auto judged = e != expected_.end() ? e->second.replid : sh.replid;
+      auto c = w_->copy_keys.find({copy_tag_of(sh), sh.node_id});
+      if (c == w_->copy_keys.end() || c->second.replid != judged)
+        return caf::make_error(ec::redis_unavailable,
+                               "fake redis cluster: primary " + sh.address + " (node "
+                                 + sh.node_id.substr(0, 8)
+                                 + ") no longer holds its copy in the history this generation's "
+                                   "start judged: a running node never re-creates a copy");
+    }
+    return caf::none;
+  };
   if (w_->stamps_as_read && mutant::active() != mutant::id::copies_one_failover_back) {
     // As redis_cluster_session_store::write_copies: the primaries read
     // again only if one it does not know serves slots; the judged ones
@@ -530,6 +555,15 @@ caf::expected<void> fake_session_store::write_copies(
           || (!e->second.copy_tag.empty() && e->second.copy_tag != copy_tag_of(sh)))
         return refuse(sh);
     }
+    if (auto err = gone())
+      return err;
+    // As redis_cluster_session_store::read_epochs: the epochs as they are
+    // when the copies are written (the mutant copies_stamped_at_open keeps
+    // the ones read when the store opened).
+    if (mutant::active() != mutant::id::copies_stamped_at_open)
+      for (auto& sh : w_->cluster.shards)
+        if (auto l = learned_.find(sh.node_id); l != learned_.end())
+          l->second.current_epoch = sh.current_epoch;
     simulated_redis::write_scope write{*w_};
     w_->record_copy(positions, false, nullptr, &learned_);
     return {};
@@ -555,6 +589,8 @@ caf::expected<void> fake_session_store::write_copies(
       if (w_->cluster.shards[i].replid != replids_[i])
         return refuse(w_->cluster.shards[i]);
   }
+  if (auto err = gone())
+    return err;
   simulated_redis::write_scope write{*w_};
   w_->record_copy(positions, false);
   return {};

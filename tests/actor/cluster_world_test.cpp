@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/mutants.hpp"
 #include "testkit/world/world.hpp"
 
 namespace {
@@ -195,15 +196,20 @@ TEST_F(ClusterWorld, ALostShardWhoseSlotsAreCoveredAgainLeavesThemEmptyOnTheSurv
   EXPECT_EQ(w->score(v, "c2"), std::nullopt) << "the survivor's own write was the one lost";
 }
 
-TEST_F(ClusterWorld, ACopyCarriesTheEpochItsStoreReadWhenStampedAsRead) {
+TEST_F(ClusterWorld, ACopyCarriesTheEpochReadWhenItIsWritten) {
   // What the copy of the namespace's shard says after the cluster's epoch
   // moved on behind a session store that was already open.
   auto stamped_epoch = [&](bool as_read) {
     w->stamps_as_read = as_read;
     auto s = qsp::test::make_fake_ports(w)->make_session_store();
     EXPECT_TRUE(s);
-    w->spend_epoch();
     std::map<int32_t, std::pair<int64_t, int32_t>> at{{0, {0, -1}}};
+    // The start's copies (a running node only writes over copies that stand).
+    qsp::test::simulated_redis_cluster::copy_plan plan;
+    for (auto& sh : w->cluster.shards)
+      plan[sh.node_id] = at;
+    w->record_copy(at, true, &plan);
+    w->spend_epoch();
     auto ok = (*s)->write_copies(w->identity(), at);
     EXPECT_TRUE(ok) << qsp::describe(ok.error());
     auto& sh = w->cluster.shards[static_cast<size_t>(home())];
@@ -215,7 +221,11 @@ TEST_F(ClusterWorld, ACopyCarriesTheEpochItsStoreReadWhenStampedAsRead) {
   auto [live, now] = stamped_epoch(false);
   EXPECT_EQ(live, now) << "off: the epoch as it is when the copy is written";
   auto [read, later] = stamped_epoch(true);
-  EXPECT_EQ(read, later - 1) << "on: the epoch the store read when it opened";
+  EXPECT_EQ(read, later) << "on: the epoch the store reads when it writes (issue 45, rule 4)";
+  qsp::mutant::activate(qsp::mutant::id::copies_stamped_at_open);
+  auto [stale, after] = stamped_epoch(true);
+  qsp::mutant::activate(qsp::mutant::id::none);
+  EXPECT_EQ(stale, after - 1) << "the mutant: the epoch the store read when it opened";
 }
 
 } // namespace

@@ -659,3 +659,47 @@ TEST_F(scale, ScaleOutAndInByTheDocumentedProcedure) {
   EXPECT_EQ(again.rc, 0) << refusals(again.log) << "\n" << again.log;
   expect_audit_consistent();
 }
+
+// Issue 45, rule 3 (the review's second reproduced sequence): FLUSHALL of
+// one primary (not the namespace's) under a running node, then more
+// records.  Before the guarded copy write, the running node's next plain
+// HSET re-created that primary's copy at current positions and a restart
+// was ready with the flushed entries missing (1,573 in the review).  Now
+// the copy write finds the copy gone: the node leaves ready, and its start
+// refuses naming that primary (nothing in the log can prove what it lost
+// without its copy); so does a later catch-up.  Never ready with entries
+// missing after the fault was met.
+TEST_F(scale, FlushallOfAPrimaryUnderARunningNodeIsNeverVouchedFor) {
+  constexpr int users = 2000;
+  constexpr uint64_t n = 4000, n2 = 6000;
+  ASSERT_NO_FATAL_FAILURE(produce(topic, 0, n, users, partitions));
+  run_node node{"run", dir, args("run")};
+  ASSERT_TRUE(node.becomes_ready(60s)) << node.status() << "\n" << node.text();
+  ASSERT_TRUE(checkpoints_reach(n / partitions, 60s)) << checkpoints_text();
+  int flushed = -1;
+  for (int k = 1; k <= 3 && flushed < 0; ++k)
+    if (owner_of(ns_slot) != primary_in(k))
+      flushed = primary_in(k);
+  ASSERT_GT(flushed, 0);
+  auto m = model_of(0, n2, users);
+  ASSERT_EQ(node_cmd(flushed, {"FLUSHALL"}), "OK");
+  ASSERT_NO_FATAL_FAILURE(produce(topic, n, n2, users, partitions));
+  // The next copy write meets the flushed primary: the node refuses (exit
+  // 3) rather than re-creating its copy.
+  ASSERT_TRUE(test::eventually([&] { return node.exited().has_value(); }, 90s))
+    << "the node kept running after the flush: " << checkpoints_text() << "\n"
+    << node.text();
+  auto text = node.text();
+  EXPECT_EQ(node.exited(), 3) << text;
+  auto who = "primary " + nodes()[flushed];
+  EXPECT_NE(refusals(text).find(who), std::string::npos) << refusals(text);
+  EXPECT_NE(refusals(text).find("holds no copy"), std::string::npos) << refusals(text);
+  EXPECT_FALSE(lines_with(text, "no longer holds its copy").empty())
+    << "the running node's copy write did not name the gone copy:\n" << text;
+  auto again = catch_up("after-flushall");
+  EXPECT_EQ(again.rc, 3) << again.log;
+  if (again.rc == 0) {
+    auto cmp = compare(m);
+    EXPECT_TRUE(cmp.equal()) << "ready after the flush: " << cmp.text();
+  }
+}

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "core/mutants.hpp"
 #include "qsession/projection/testkit.hpp"
 #include "testkit/world/world.hpp"
 
@@ -58,6 +59,11 @@ std::string finding_of(const std::string& failure) {
 /// Runs the seeds of the mix that `pick` takes (QSP_SCHEDULE_SEED=N: N
 /// alone, verbose), printing one line per failing seed; the failures.
 size_t run_findings(const char* what, bool (*pick)(uint64_t)) {
+  // QSP_MUTANT=<name>: the same seeds with a planted bug (core/mutants.hpp),
+  // to see which findings it adds.
+  if (auto m = std::getenv("QSP_MUTANT"))
+    if (auto x = qsp::mutant::from_name(m))
+      qsp::mutant::activate(*x);
   qsp::test::set_worlds_as_unkind_as_redis(true);
   std::vector<uint64_t> seeds;
   if (auto one = std::getenv("QSP_SCHEDULE_SEED")) {
@@ -89,6 +95,7 @@ size_t run_findings(const char* what, bool (*pick)(uint64_t)) {
     }
   }
   qsp::test::set_worlds_as_unkind_as_redis(false);
+  qsp::mutant::activate(qsp::mutant::id::none);
   std::printf("[findings] %s: %zu of %zu seeds failed\n", what, failed, seeds.size());
   return failed;
 }

@@ -344,6 +344,78 @@ TEST(Finding2, TheFixEndsReadyAndThePreFixRuleRefusesForEver) {
   EXPECT_EQ(before, "refused");
 }
 
+// Issue 45, rule 3 (the review's second reproduced sequence, FLUSHALL of
+// one primary under a running node): a running node writes a copy only
+// where it still stands with the history its start judged.  The fixed
+// projection leaves that shard to its next start (which replays it or
+// refuses naming it); under the plain HSET (the mutant copies_plain_hset)
+// the next copy write re-creates the flushed shard's copy at current
+// positions, and the restart is ready with that shard's entries missing.
+namespace {
+
+struct flush_outcome {
+  std::string state;  ///< after the restart: ready or refused
+  bool lost = false;  ///< ready with entries missing
+  std::string why;    ///< the refusal
+};
+
+flush_outcome flushall_under_a_running_node() {
+  qsp::testkit::kit_options o;
+  o.redis_shards = 3;
+  qsp::testkit::kit k{o};
+  auto fill = [&](int from, int n) {
+    for (int32_t p = 0; p < k.partition_count(); ++p)
+      for (int i = from; i < from + n; ++i)
+        k.produce(p, "conv-" + std::to_string(p) + "-" + std::to_string(i), 1000 + i,
+                  {"user-" + std::to_string(i % 11), "user-" + std::to_string((i + 5) % 13)});
+  };
+  fill(0, 12);
+  k.start();
+  flush_outcome out;
+  if (!k.run_until_ready())
+    return out;
+  for (int32_t p = 0; p < k.partition_count(); ++p)
+    k.run_until_offset(p, k.last_stable_offset(p));
+  k.advance(std::chrono::milliseconds{100});
+  auto home = k.redis_shard_of_namespace();
+  auto flushed = home == 0 ? 1 : 0;
+  if (!k.redis_shard_flushall(flushed))
+    return out;
+  fill(100, 6);
+  k.run_until([&] {
+    for (int32_t p = 0; p < k.partition_count(); ++p)
+      if (k.checkpoint(p).value_or(0) < k.last_stable_offset(p))
+        return false;
+    return k.ready();
+  });
+  k.restart();
+  k.run_until([&] { return k.state() == "ready" || k.state() == "refused"; });
+  k.advance(std::chrono::seconds{1});
+  out.state = k.state();
+  if (out.state == "ready")
+    out.lost = !k.model_equals_redis();
+  else
+    out.why = k.status() ? k.status()->last_error : std::string{};
+  return out;
+}
+
+} // namespace
+
+TEST(Finding45Rule3, ARunningNodeNeverReCreatesAFlushedShardsCopy) {
+  auto fixed = flushall_under_a_running_node();
+  EXPECT_TRUE(fixed.state == "ready" || fixed.state == "refused") << fixed.state;
+  EXPECT_FALSE(fixed.lost) << "ready with the flushed shard's entries missing";
+  if (fixed.state == "refused") {
+    EXPECT_NE(fixed.why.find("holds no copy"), std::string::npos) << fixed.why;
+  }
+  std::printf("[rule 3] fixed: %s %s\n", fixed.state.c_str(), fixed.why.substr(0, 300).c_str());
+  qsp::mutant::activate(qsp::mutant::id::copies_plain_hset);
+  auto before = flushall_under_a_running_node();
+  qsp::mutant::activate(qsp::mutant::id::none);
+  EXPECT_EQ(before.state, "ready");
+  EXPECT_TRUE(before.lost) << "the plain HSET was expected to vouch for the flushed entries";
+}
+
 // -- the host's per-schedule hook, and what a failing schedule prints ---------------
 
 namespace {
