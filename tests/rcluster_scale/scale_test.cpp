@@ -53,6 +53,7 @@ struct scale : ::testing::Test {
     ASSERT_TRUE(create_topic(topic, partitions)) << "topic " << topic << " did not appear";
   }
   void TearDown() override {
+    running.reset();  // stopped before the set is checked and cleared
     if (test::redis_cluster_set(nullptr) == nullptr)
       return;
     for (auto i = undo.rbegin(); i != undo.rend(); ++i)
@@ -94,6 +95,17 @@ struct scale : ::testing::Test {
     return r;
   }
   node_result catch_up(const std::string& name) const { return run_to_exit(args("catch-up"), name); }
+
+  /// A `run` node started by run_caught_up.
+  std::unique_ptr<run_node> running;
+  /// `n` dispatches to `users`, then a `run` node (`running`), ready with
+  /// every checkpoint at their end.
+  void run_caught_up(uint64_t n, int users) {
+    ASSERT_NO_FATAL_FAILURE(produce(topic, 0, n, users, partitions));
+    running = std::make_unique<run_node>("run", dir, args("run"));
+    ASSERT_TRUE(running->becomes_ready(60s)) << running->status() << "\n" << running->text();
+    ASSERT_TRUE(checkpoints_reach(static_cast<int64_t>(n / partitions), 60s)) << checkpoints_text();
+  }
 
   /// Every partition's checkpoint equals `n` (polled, bounded).
   bool checkpoints_reach(int64_t n, std::chrono::milliseconds limit,
@@ -425,10 +437,8 @@ TEST_F(scale, ScaleOutOfBusySlotsWithTheProjectionStopped) {
 TEST_F(scale, ScaleOutWithTheProjectionRunning) {
   constexpr int users = 2000;
   constexpr uint64_t n = 4000, n2 = 16000;
-  ASSERT_NO_FATAL_FAILURE(produce(topic, 0, n, users, partitions));
-  run_node node{"run", dir, args("run")};
-  ASSERT_TRUE(node.becomes_ready(60s)) << node.status() << "\n" << node.text();
-  ASSERT_TRUE(checkpoints_reach(n / partitions, 60s)) << checkpoints_text();
+  ASSERT_NO_FATAL_FAILURE(run_caught_up(n, users));
+  auto& node = *running;
   background_producer load{topic, n, n2, users, partitions, 1000};
 
   std::vector<redis::slot_range> moved;
@@ -672,10 +682,8 @@ TEST_F(scale, ScaleOutAndInByTheDocumentedProcedure) {
 TEST_F(scale, FlushallOfAPrimaryUnderARunningNodeIsNeverVouchedFor) {
   constexpr int users = 2000;
   constexpr uint64_t n = 4000, n2 = 6000;
-  ASSERT_NO_FATAL_FAILURE(produce(topic, 0, n, users, partitions));
-  run_node node{"run", dir, args("run")};
-  ASSERT_TRUE(node.becomes_ready(60s)) << node.status() << "\n" << node.text();
-  ASSERT_TRUE(checkpoints_reach(n / partitions, 60s)) << checkpoints_text();
+  ASSERT_NO_FATAL_FAILURE(run_caught_up(n, users));
+  auto& node = *running;
   int flushed = -1;
   for (int k = 1; k <= 3 && flushed < 0; ++k)
     if (owner_of(ns_slot) != primary_in(k))

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -253,15 +254,23 @@ INSTANTIATE_TEST_SUITE_P(Planted, Mutants,
 // entries the takeover lost stay lost, and the kit says so.
 namespace {
 
+/// Records from..from+n-1 on every partition of `k` (conversation
+/// "conv-<p>-<i>", created_at 1000 + i), record i to `to(i)`.
+void fill_partitions(qsp::testkit::kit& k, int from, int n,
+                     const std::function<std::vector<std::string>(int)>& to) {
+  for (int32_t p = 0; p < k.partition_count(); ++p)
+    for (int i = from; i < from + n; ++i)
+      k.produce(p, "conv-" + std::to_string(p) + "-" + std::to_string(i), 1000 + i, to(i));
+}
+
 bool chain_loses_entries() {
   qsp::testkit::kit_options o;
   o.redis_shards = 3;
   qsp::testkit::kit k{o};
   auto fill = [&](int from, int n) {
-    for (int32_t p = 0; p < k.partition_count(); ++p)
-      for (int i = from; i < from + n; ++i)
-        k.produce(p, "conv-" + std::to_string(p) + "-" + std::to_string(i), 1000 + i,
-                  {"alice", "bob", "user-" + std::to_string(i % 7)});
+    fill_partitions(k, from, n, [](int i) -> std::vector<std::string> {
+      return {"alice", "bob", "user-" + std::to_string(i % 7)};
+    });
   };
   fill(0, 12);
   k.start();
@@ -364,10 +373,9 @@ flush_outcome flushall_under_a_running_node() {
   o.redis_shards = 3;
   qsp::testkit::kit k{o};
   auto fill = [&](int from, int n) {
-    for (int32_t p = 0; p < k.partition_count(); ++p)
-      for (int i = from; i < from + n; ++i)
-        k.produce(p, "conv-" + std::to_string(p) + "-" + std::to_string(i), 1000 + i,
-                  {"user-" + std::to_string(i % 11), "user-" + std::to_string((i + 5) % 13)});
+    fill_partitions(k, from, n, [](int i) -> std::vector<std::string> {
+      return {"user-" + std::to_string(i % 11), "user-" + std::to_string((i + 5) % 13)};
+    });
   };
   fill(0, 12);
   k.start();
