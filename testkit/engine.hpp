@@ -156,6 +156,15 @@ struct engine {
   /// reassigned.  On (worlds as unkind as Redis, the findings tests): only
   /// until it met the rollback.
   bool exemption_ends_when_met = false;
+  /// `shard` lost writes (a failover, a restart, a flush, a loss) while
+  /// the projection may be ready: its hole, the rollback exemption, and
+  /// whether its next pull meets the loss (`met_by_a_pull`: the
+  /// connections reset).
+  void shard_rolled_back(int32_t shard, bool met_by_a_pull) {
+    shard_failed_over(shard);
+    rolled_back = state() == "ready";
+    rollback_unmet = rolled_back && met_by_a_pull;
+  }
   /// A Redis Cluster shard failed over (Redis Cluster mode): that shard lost
   /// writes below checkpoints kept on other shards, which the projection
   /// repairs from its per-shard copies at its next start (docs/DESIGN.md §15).

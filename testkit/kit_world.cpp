@@ -244,11 +244,8 @@ size_t kit::redis_shard_failover(int32_t shard, size_t writes, bool reset) {
            + (writes == 0 ? std::string{" gracefully"} : std::string{}) + ", "
            + std::to_string(n) + " writes rolled back"
            + (reset ? std::string{} : std::string{", unnoticed until the next write there"}));
-  if (n > 0) {
-    d_->shard_failed_over(shard);
-    d_->rolled_back = d_->state() == "ready";
-    d_->rollback_unmet = d_->rolled_back && reset;
-  }
+  if (n > 0)
+    d_->shard_rolled_back(shard, reset);
   return n;
 }
 
@@ -290,9 +287,7 @@ size_t kit::redis_shard_restart_from_disk(int32_t shard, size_t writes, bool rdb
   d_->note("Redis Cluster: shard " + std::to_string(shard) + " restarted from its "
            + (rdb ? "RDB" : "AOF") + ", " + std::to_string(n) + " writes lost");
   // A new history whatever it lost: the copies' judgement changes.
-  d_->shard_failed_over(shard);
-  d_->rolled_back = d_->state() == "ready";
-  d_->rollback_unmet = d_->rolled_back && n > 0;
+  d_->shard_rolled_back(shard, n > 0);
   return n;
 }
 
@@ -301,10 +296,8 @@ bool kit::redis_shard_flushall(int32_t shard) {
   bool ok = d_->world->shard_flushall(shard);
   d_->note("Redis Cluster: FLUSHALL on shard " + std::to_string(shard)
            + (ok ? std::string{} : std::string{" refused (it serves the namespace's slot)"}));
-  if (ok) {
-    d_->shard_failed_over(shard);
-    d_->rolled_back = d_->state() == "ready";
-  }
+  if (ok)
+    d_->shard_rolled_back(shard, false);  // (no connection resets)
   return ok;
 }
 
@@ -342,9 +335,7 @@ bool kit::redis_shard_lost_and_covered(int32_t shard, int32_t to, bool bump) {
         now.insert(moved(s));
       h.shards = std::move(now);
     }
-    d_->shard_failed_over(moved(shard));
-    d_->rolled_back = d_->state() == "ready";
-    d_->rollback_unmet = d_->rolled_back;
+    d_->shard_rolled_back(moved(shard), true);
     d_->world->moved_fault.arm(1);
   }
   return ok;
