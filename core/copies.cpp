@@ -1,7 +1,10 @@
 #include "core/copies.hpp"
 
 #include <cstdio>
+#include <cstdlib>
 #include <set>
+
+#include "core/mutants.hpp"
 
 namespace qsp::core {
 
@@ -16,6 +19,74 @@ std::string partition_list(const std::vector<int32_t>& ps) {
   for (auto p : ps)
     out += (out.empty() ? "" : ",") + std::to_string(p);
   return out;
+}
+
+/// "0-5460,5500" -> {{0, 5460}, {5500, 5500}} (nothing unparsable).
+std::vector<std::pair<long, long>> slot_ranges(const std::string& text) {
+  std::vector<std::pair<long, long>> out;
+  size_t at = 0;
+  while (at < text.size()) {
+    auto comma = std::min(text.find(',', at), text.size());
+    auto part = text.substr(at, comma - at);
+    at = comma + 1;
+    if (part.empty())
+      continue;
+    auto dash = part.find('-');
+    char* end = nullptr;
+    long lo = std::strtol(part.c_str(), &end, 10);
+    long hi = dash == std::string::npos ? lo : std::strtol(part.c_str() + dash + 1, &end, 10);
+    out.emplace_back(lo, hi);
+  }
+  return out;
+}
+
+bool overlap(const std::vector<std::pair<long, long>>& a,
+             const std::vector<std::pair<long, long>>& b, std::pair<long, long>* where) {
+  for (auto& x : a)
+    for (auto& y : b)
+      if (x.first <= y.second && y.first <= x.second) {
+        *where = {std::max(x.first, y.first), std::min(x.second, y.second)};
+        return true;
+      }
+  return false;
+}
+
+/// Why `s`, a primary the namespace never knew without a former history,
+/// holds data of no known origin (rule 1); "" if every slot it serves
+/// migrated from a primary that lives on (it joined).
+std::string unknown_origin(const redis_cluster_state& cluster, const shard_report& s) {
+  for (auto& [node, replicas] : cluster.known_replicas)
+    if (replicas.count(s.node_id) != 0)
+      return "it was a replica of primary node " + node.substr(0, 8)
+             + " when this namespace last judged the cluster, and serves that primary's slots "
+               "with no history of it (promoted, then restarted without its data, or resynced "
+               "from one that was)";
+  if (cluster.known_slots.empty())
+    return {};
+  auto mine = slot_ranges(s.slots);
+  for (auto& [node, slots] : cluster.known_slots) {
+    std::pair<long, long> where;
+    if (node == s.node_id || !overlap(mine, slot_ranges(slots), &where))
+      continue;
+    // The slots came from `node`: by a migration if it still serves slots
+    // (its own stream held them), or if a current primary's valid copy
+    // continues its history (it failed over after giving them away).
+    bool lives_on = false;
+    auto known = cluster.known_primaries.find(node);
+    for (auto& o : cluster.shards) {
+      if (o.node_id == node
+          || (o.copy == "valid" && known != cluster.known_primaries.end()
+              && known->second.count(o.copy_replid) != 0))
+        lives_on = true;
+    }
+    if (!lives_on)
+      return "it serves slots " + std::to_string(where.first) + "-" + std::to_string(where.second)
+             + " that primary node " + node.substr(0, 8)
+             + " held when this namespace last judged the cluster, and no current primary "
+               "continues that node's history: they came by no migration (a promoted replica "
+               "restarted without its data, or slots covered again after their shard was lost)";
+  }
+  return {};
 }
 
 } // namespace
@@ -114,7 +185,14 @@ copy_floor judge_copies(const redis_cluster_state& cluster,
         && cluster.known_primaries.count(s.node_id) == 0 && known_replids.count(s.replid) == 0
         && (s.replid2.empty() || s.replid2 == zero))
       joined = true;
-    if (!valid && cluster.copies_marked && copyless && !joined
+    // Rule 1: only a primary whose data has a known origin joined.  The
+    // mutant joined_without_replicas takes every such primary as joined.
+    std::string no_origin;
+    if (joined && mutant::active() != mutant::id::joined_without_replicas) {
+      no_origin = unknown_origin(cluster, s);
+      joined = no_origin.empty();
+    }
+    if (!valid && no_origin.empty() && cluster.copies_marked && copyless && !joined
         && !cluster.known_primaries.empty() && cluster.known_primaries.count(s.node_id) == 0
         && known_replids.count(s.replid) == 0 && known_replids.count(s.replid2) == 0
         && !checkpoints.empty()) {
@@ -130,6 +208,15 @@ copy_floor judge_copies(const redis_cluster_state& cluster,
     std::vector<int32_t> uncovered;
     auto& vouch = out.refresh.positions[s.node_id];
     for (auto& [p, checkpoint] : checkpoints) {
+      if (!no_origin.empty()) {
+        // Nothing of this primary's slots is vouched for: replay the
+        // partition from the start of its log (the start check refuses,
+        // naming this primary, if retention deleted part of it).  Its copy
+        // names no position until the running node writes one.
+        out.replay_from[p] = {0, -1};
+        out.replay_cause[p] = name + " holds no copy and " + no_origin;
+        continue;
+      }
       if (out.seed || joined) {
         vouch[p] = at_checkpoint(p, checkpoint);
         continue;
@@ -177,9 +264,80 @@ copy_floor judge_copies(const redis_cluster_state& cluster,
                "(OPERATIONS.md, \"A shard without a copy\")"});
       continue;
     }
-    if (out.seed || joined)
+    if (out.seed || joined || !no_origin.empty())
       out.refresh.must_wait.insert(s.node_id);
-    out.refresh.primaries[s.node_id] = judged_primary{s.replid, s.copy_tag};
+    out.refresh.primaries[s.node_id] =
+      judged_primary{s.replid, s.copy_tag, s.slots, s.replica_ids};
+  }
+  return out;
+}
+
+namespace {
+
+/// "a b c" -> each non-empty word.
+template <class F>
+void each_word(std::string_view text, F f) {
+  while (!text.empty()) {
+    auto sp = text.find(' ');
+    if (sp != 0)
+      f(text.substr(0, sp));
+    text = sp == std::string_view::npos ? std::string_view{} : text.substr(sp + 1);
+  }
+}
+
+} // namespace
+
+void read_registry_field(std::string_view field, std::string_view value,
+                         redis_cluster_state& st) {
+  if (field == "@slots" || field == "@replicas") {
+    each_word(value, [&](std::string_view word) {
+      auto colon = word.find(':');
+      if (colon == std::string_view::npos)
+        return;
+      std::string node{word.substr(0, colon)};
+      auto rest = word.substr(colon + 1);
+      if (field == "@slots") {
+        st.known_slots[node] = std::string{rest};
+        return;
+      }
+      auto& reps = st.known_replicas[node];
+      while (!rest.empty()) {
+        auto comma = rest.find(',');
+        if (comma != 0)
+          reps.emplace(rest.substr(0, comma));
+        rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+      }
+    });
+    return;
+  }
+  if (!field.empty() && field.front() == '@')
+    return;  // a field of a later build
+  auto& replids = st.known_primaries[std::string{field}];
+  each_word(value, [&](std::string_view word) { replids.emplace(word); });
+}
+
+std::map<std::string, std::string> registry_update(const std::map<std::string, std::string>& had,
+                                                   const std::map<std::string, judged_primary>& primaries) {
+  std::map<std::string, std::string> out;
+  std::string slots, replicas;
+  for (auto& [node, judged] : primaries) {
+    auto h = had.find(node);
+    auto v = h == had.end() ? std::string{} : h->second;
+    if ((" " + v + " ").find(" " + judged.replid + " ") == std::string::npos)
+      out[node] = v.empty() ? judged.replid : v + " " + judged.replid;
+    slots += (slots.empty() ? "" : " ") + node + ":" + judged.slots;
+    replicas += (replicas.empty() ? "" : " ") + node + ":";
+    for (size_t k = 0; k < judged.replicas.size(); ++k)
+      replicas += (k == 0 ? "" : ",") + judged.replicas[k];
+  }
+  auto changed = [&](const char* field, const std::string& now) {
+    auto h = had.find(field);
+    if (h == had.end() || h->second != now)
+      out[field] = now;
+  };
+  if (!primaries.empty()) {
+    changed("@slots", slots);
+    changed("@replicas", replicas);
   }
   return out;
 }

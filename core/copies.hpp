@@ -26,6 +26,16 @@
 //   (first checkpointed after the seed, its first copy lost in a failover)
 //   is that primary's proof that the partition had no position then: the
 //   partition is replayed from offset 0.
+// - A primary the namespace never knew, without a former history, has
+//   joined (scale-out) only if its data has a known origin: every slot it
+//   serves was, when the last start judged the cluster, held by a primary
+//   that still serves slots, or by one whose history a current primary's
+//   valid copy continues (the slots migrated from there), and it was no
+//   judged primary's replica.  Otherwise (a promoted replica restarted
+//   empty, slots covered again after their shard was lost) it holds what
+//   no copy vouches for: every checkpointed partition is replayed from
+//   offset 0, the cause named, or the start refuses if retention deleted
+//   part of it (issue 45, rule 1).
 // - A copy that cannot be read, or whose identity differs from the
 //   namespace's, refuses (fail closed).
 #pragma once
@@ -34,6 +44,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -47,6 +58,9 @@ struct shard_report {
   std::string address;           ///< host:port
   std::string slots;             ///< the slots it serves now ("0-5460,...")
   size_t replicas = 0;
+  /// Its replicas' node ids (CLUSTER SLOTS), recorded in the registry so
+  /// that a later start knows a promoted one (rule 1, "a known origin").
+  std::vector<std::string> replica_ids;
   std::string version;           ///< redis_version
   std::string maxmemory_policy;
   std::string cluster_state;     ///< "ok" when the cluster serves every slot
@@ -85,6 +99,13 @@ struct redis_cluster_state {
   /// older build established: then a primary without a copy is never
   /// taken for a new one.
   std::map<std::string, std::set<std::string>> known_primaries;
+  /// The cluster as the last start that wrote the copies judged it (the
+  /// registry's "@slots" and "@replicas" fields): node id -> the slots it
+  /// served ("0-5460,..."), node id -> its replicas' node ids.  Empty for a
+  /// registry an older build wrote: the origin of a new primary's slots is
+  /// then not checked (it is from the next start on).
+  std::map<std::string, std::string> known_slots;
+  std::map<std::string, std::set<std::string>> known_replicas;
 };
 
 /// A primary as a start judged it: the history its copy was judged in and
@@ -94,6 +115,10 @@ struct redis_cluster_state {
 struct judged_primary {
   std::string replid;
   std::string copy_tag;
+  /// Its slots and replicas as judged (recorded in the registry; not part
+  /// of the comparison: a running node's judged set is its histories).
+  std::string slots;
+  std::vector<std::string> replicas;
   bool operator==(const judged_primary& o) const {
     return replid == o.replid && copy_tag == o.copy_tag;
   }
@@ -152,6 +177,20 @@ inline constexpr const char* copies_field = "redis_cluster_copies";
 copy_floor judge_copies(const redis_cluster_state& cluster,
                         const std::map<int32_t, int64_t>& checkpoints, const hash_fields& meta,
                         const std::map<int32_t, int32_t>& epochs = {});
+
+/// The registry of known primaries (redis::primaries_key, a hash in the
+/// namespace's shard): one field per node id, "replid replid ..." (every
+/// history it was judged in), and "@slots" ("node:0-5460,... node:...")
+/// and "@replicas" ("node:replica,replica node:...") as the last start
+/// judged the cluster.  Reads one field into `st`.
+void read_registry_field(std::string_view field, std::string_view value,
+                         redis_cluster_state& st);
+
+/// The fields a start writes into the registry (`had`: its fields now)
+/// once its copies are written: a node's new history, and the slot and
+/// replica map when it changed.  Empty: nothing changed.
+std::map<std::string, std::string> registry_update(const std::map<std::string, std::string>& had,
+                                                   const std::map<std::string, judged_primary>& primaries);
 
 /// Prerequisites on every primary (docs/DESIGN.md §15): Redis >= 6.2,
 /// maxmemory-policy noeviction (unless allowed), cluster_state ok, every

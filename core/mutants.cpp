@@ -10,7 +10,9 @@ namespace {
 std::atomic<id> current{id::none};
 
 constexpr id all[] = {id::none, id::checkpoint_before_reply, id::skip_after_redelivery,
-                      id::stale_fence, id::copies_one_failover_back, id::copies_partial};
+                      id::stale_fence, id::copies_one_failover_back, id::copies_partial,
+                      id::copies_plain_hset, id::copies_stamped_at_open,
+                      id::joined_without_replicas};
 
 } // namespace
 
@@ -40,6 +42,8 @@ const char* name(id x) noexcept {
       return "copies_plain_hset";
     case id::copies_stamped_at_open:
       return "copies_stamped_at_open";
+    case id::joined_without_replicas:
+      return "joined_without_replicas";
   }
   return "unknown";
 }

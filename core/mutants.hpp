@@ -37,6 +37,11 @@
 //   session store): a running node stamps its copies with the cluster
 //   epoch its store read when it opened, not when it writes them (issue
 //   45, rule 4): a later start blames a failover on epochs spent before.
+// - joined_without_replicas (core/copies.cpp): a start takes every primary
+//   it never knew without a former history for one that joined, without
+//   looking at the replicas and slots the registry recorded (issue 45, rule
+//   1): a promoted replica restarted empty is vouched for at the
+//   checkpoints.
 #pragma once
 
 #include <cstdint>
@@ -54,6 +59,7 @@ enum class id : uint8_t {
   copies_partial,
   copies_plain_hset,
   copies_stamped_at_open,
+  joined_without_replicas,
 };
 
 /// The active mutant (a relaxed atomic load); none in production.

@@ -245,6 +245,8 @@ caf::expected<core::redis_cluster_state> read_cluster_state(cluster_router& rout
     r.address = f.address;
     r.slots = format_ranges(f.slots);
     r.replicas = f.replicas;
+    for (auto& rep : sh.replicas)
+      r.replica_ids.push_back(rep.id);
     r.version = f.version;
     r.maxmemory_policy = f.maxmemory_policy;
     r.cluster_state = f.cluster_state;

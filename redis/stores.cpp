@@ -365,18 +365,10 @@ redis_checkpoint_store::cluster_state(const std::string& topic) {
   if (!st)
     return st.error();
   st->copies_marked = str(marked->get()) == "1";
-  // node id -> "replid replid ..." (every history it was judged in).
   auto* rep = known->get();
-  for (size_t k = 0; rep->type == REDIS_REPLY_ARRAY && k + 1 < rep->elements; k += 2) {
-    auto& replids = st->known_primaries[std::string{rep->element[k]->str, rep->element[k]->len}];
-    std::string_view text{rep->element[k + 1]->str, rep->element[k + 1]->len};
-    while (!text.empty()) {
-      auto sp = text.find(' ');
-      if (sp != 0)
-        replids.emplace(text.substr(0, sp));
-      text = sp == std::string_view::npos ? std::string_view{} : text.substr(sp + 1);
-    }
-  }
+  for (size_t k = 0; rep->type == REDIS_REPLY_ARRAY && k + 1 < rep->elements; k += 2)
+    core::read_registry_field({rep->element[k]->str, rep->element[k]->len},
+                              {rep->element[k + 1]->str, rep->element[k + 1]->len}, *st);
   return st;
 }
 
@@ -391,6 +383,7 @@ caf::expected<void> redis_checkpoint_store::refresh_copies(const core::identity&
   // its data (known).  Every history a node was judged in is kept.
   auto& ns = conn_->config().ns;
   auto key = primaries_key(ns, id.topic);
+  bool changed = false;
   if (!plan.primaries.empty()) {
     auto cur = conn_->command({"HGETALL", key});
     if (!cur)
@@ -401,24 +394,29 @@ caf::expected<void> redis_checkpoint_store::refresh_copies(const core::identity&
       had[std::string{rep->element[k]->str, rep->element[k]->len}] =
         std::string{rep->element[k + 1]->str, rep->element[k + 1]->len};
     std::vector<std::string> argv{"HSET", key};
-    for (auto& [node, judged] : plan.primaries) {
-      auto& v = had[node];
-      if ((" " + v + " ").find(" " + judged.replid + " ") != std::string::npos)
-        continue;
-      argv.push_back(node);
-      argv.push_back(v.empty() ? judged.replid : v + " " + judged.replid);
+    for (auto& [field, value] : core::registry_update(had, plan.primaries)) {
+      argv.push_back(field);
+      argv.push_back(value);
     }
     if (argv.size() > 2) {
       auto r = conn_->command(argv);
       if (!r)
         return r.error();
+      changed = true;
     }
   }
   if (plan.mark) {
     auto r = conn_->command({"HSET", meta_key(ns), core::copies_field, "1"});
     if (!r)
       return r.error();
+    changed = true;
   }
+  // Rule 7: what changed is on the namespace's replicas before the node
+  // runs (a failover of that shard would otherwise take the registry or
+  // the mark back).  Fewer acknowledgements within the timeout are no
+  // error, and a start that changes neither does not wait.
+  if (changed)
+    return wait_replicas();
   return {};
 }
 

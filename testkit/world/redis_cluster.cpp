@@ -44,6 +44,7 @@ void simulated_redis_cluster::make_redis_cluster(int32_t shards) {
     auto first = i * slot_count / n, last = (i + 1) * slot_count / n - 1;
     s.slots = std::to_string(first) + "-" + std::to_string(last);
     s.replicas = 1;
+    s.replica_ids = {next_replica_id()};
     s.version = world().server_version;
     s.maxmemory_policy = world().maxmemory_policy;
     s.cluster_state = "ok";
@@ -118,6 +119,15 @@ std::string simulated_redis_cluster::next_node_id() {
   return id;
 }
 
+std::string simulated_redis_cluster::next_replica_id() {
+  // Apart from the primaries' ids (next_node_id), so that a replica made
+  // changes none of theirs.
+  char id[48];
+  ++replicas_made_;
+  std::snprintf(id, sizeof id, "%08x%032llx", 0xa11ce000u, static_cast<unsigned long long>(replicas_made_));
+  return id;
+}
+
 size_t simulated_redis_cluster::lose_writes(int32_t shard, size_t n) {
   auto& journal = world().journal_;
   size_t affected = 0;
@@ -161,8 +171,13 @@ size_t simulated_redis_cluster::shard_failover(int32_t shard, size_t n, bool res
     return 0;
   auto affected = lose_writes(shard, n);
   auto& sh = *found;
-  // The replica takes over: its own node id and address.
-  sh.node_id = next_node_id();
+  // The replica takes over: its own node id (the one the registry may have
+  // recorded as its replica) and address.  Its new replica gets a new id
+  // (a chain of failovers meets a new node each time, as with several
+  // replicas; the old primary's data lives on in it).
+  auto fresh = next_node_id();
+  sh.node_id = sh.replica_ids.empty() ? fresh : sh.replica_ids.front();
+  sh.replica_ids = {next_replica_id()};
   sh.address = "127.0.0.1:" + std::to_string(7000 + nodes_made_);
   sh.replid2 = sh.replid;
   sh.replid = next_replid();
@@ -326,6 +341,7 @@ int32_t simulated_redis_cluster::add_primary() {
   s.node_id = next_node_id();
   s.address = "127.0.0.1:" + std::to_string(7000 + nodes_made_);
   s.replicas = 1;
+  s.replica_ids = {next_replica_id()};
   s.version = world().server_version;
   s.maxmemory_policy = world().maxmemory_policy;
   s.cluster_state = "ok";

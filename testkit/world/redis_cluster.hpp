@@ -61,7 +61,8 @@ struct simulated_redis_cluster : virtual world_core {
   /// writes that touched its keys (only the parts on its keys; a copy key
   /// write reverts that key; a slot import loses the imported keys).  The
   /// replica becomes the primary with its own node id and address (the old
-  /// primary lives on as its replica), replid2 the old replid, replid a new
+  /// primary lives on as its replica, under a new replica id; the
+  /// promoted replica's id was in replica_ids), replid2 the old replid, replid a new
   /// one (a copy written before stays valid in its history), and a new
   /// configuration epoch, the cluster's largest.  `reset`: the projection's
   /// connections reset (it had commands in flight there); otherwise it
@@ -221,6 +222,9 @@ private:
   void sync_copy_views();
   /// A new node id / address for a node that joins or is promoted.
   std::string next_node_id();
+  /// A new node id for a replica (one per primary made and per failover; a
+  /// promoted replica becomes the primary with it).
+  std::string next_replica_id();
   /// A copy's verdict on a primary with `replid` and `replid2`: valid in
   /// its history, else foreign.
   static std::string copy_verdict(const fake_copy& c, const core::shard_report& sh);
@@ -228,6 +232,7 @@ private:
 
   bool fixture_copies_adopted_ = false;
   uint64_t nodes_made_ = 0;
+  uint64_t replicas_made_ = 0;
   /// node id -> redis_writes() at its last slot import.
   std::map<std::string, size_t> imported_at_;
   uint64_t replids_ = 0;

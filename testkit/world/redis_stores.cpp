@@ -420,16 +420,11 @@ caf::expected<core::redis_cluster_state> fake_checkpoint_store::cluster_state(co
     // As redis_checkpoint_store::cluster_state: HGETALL of the registry key,
     // node id -> "replid replid ...", whatever the namespace's shard holds.
     st.known_primaries.clear();
+    st.known_slots.clear();
+    st.known_replicas.clear();
     if (auto r = w_->hashes.find(w_->registry_key()); r != w_->hashes.end())
-      for (auto& [node, text] : r->second) {
-        auto& replids = st.known_primaries[node];
-        for (size_t at = 0; at < text.size();) {
-          auto sp = std::min(text.find(' ', at), text.size());
-          if (sp > at)
-            replids.insert(text.substr(at, sp - at));
-          at = sp + 1;
-        }
-      }
+      for (auto& [field, text] : r->second)
+        core::read_registry_field(field, text, st);
   }
   return st;
 }
@@ -470,27 +465,40 @@ caf::expected<void> fake_checkpoint_store::refresh_copies(const core::identity&,
     w_->wait_replicas(plan.must_wait);
   else
     w_->wait_all_replicas();
+  bool registry_changed = false;
   if (w_->registry_in_shard) {
     // As redis_checkpoint_store::refresh_copies: one HSET of the registry
-    // key in the namespace's shard, after the WAIT (not followed by one):
-    // a lossy failover of that shard can take it back.
+    // key in the namespace's shard, after the copies' WAIT, followed by a
+    // WAIT of its own when it changed (below).
     simulated_redis::write_scope write{*w_};
     auto key = w_->registry_key();
     w_->note_key(key);
     auto& h = w_->hashes[key];
-    for (auto& [node, j] : plan.primaries) {
-      auto& v = h[node];
-      if ((" " + v + " ").find(" " + j.replid + " ") == std::string::npos)
-        v = v.empty() ? j.replid : v + " " + j.replid;
-    }
+    std::map<std::string, std::string> had{h.begin(), h.end()};
+    auto update = core::registry_update(had, plan.primaries);
+    for (auto& [field, value] : update)
+      h[field] = value;
+    registry_changed = !update.empty();
   } else {
-    for (auto& [node, j] : plan.primaries)
+    w_->cluster.known_slots.clear();
+    w_->cluster.known_replicas.clear();
+    for (auto& [node, j] : plan.primaries) {
       w_->cluster.known_primaries[node].insert(j.replid);
+      w_->cluster.known_slots[node] = j.slots;
+      w_->cluster.known_replicas[node].insert(j.replicas.begin(), j.replicas.end());
+    }
   }
   if (plan.mark) {
     simulated_redis::write_scope write{*w_};
     w_->note_key(w_->meta_key());
     w_->hashes[w_->meta_key()][core::copies_field] = "1";
+  }
+  // Rule 7 (as the product): a WAIT on the namespace's shard when the
+  // registry or the mark changed.
+  if (w_->registry_in_shard && (registry_changed || plan.mark)) {
+    auto home = w_->shard_of(w_->registry_key());
+    if (home >= 0)
+      w_->wait_replicas({w_->cluster.shards[static_cast<size_t>(home)].node_id});
   }
   return {};
 }

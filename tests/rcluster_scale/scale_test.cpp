@@ -13,6 +13,11 @@
 //   and with it running; a primary removed (its slots moved away,
 //   del-node), stopped and running.  Each ends ready (exit 0 for catch-up)
 //   with Redis equal to the model.
+// - Issue 45, an outside review's sequences with the projection stopped: a
+//   promoted replica restarted empty (its only replica cut off, then
+//   re-synced from it) must never be vouched for; alternating single-slot
+//   moves between two shards, then a graceful failover, must stay ready
+//   across restarts.
 // - docs/OPERATIONS.md, "Scaling a Redis Cluster out and in": its marked
 //   shell blocks (`<!-- tests/rcluster_scale runs this block: NAME -->`) run
 //   verbatim under a live load.
@@ -710,4 +715,269 @@ TEST_F(scale, FlushallOfAPrimaryUnderARunningNodeIsNeverVouchedFor) {
     auto cmp = compare(m);
     EXPECT_TRUE(cmp.equal()) << "ready after the flush: " << cmp.text();
   }
+}
+
+namespace {
+
+/// Every node's role and configuration epoch, and the cluster's current
+/// epoch (as node 1, or the first that answers, sees it), on one line.
+std::string epochs_text() {
+  std::ostringstream o;
+  std::string current;
+  for (auto& [id, hp] : nodes()) {
+    auto ci = node_cmd(id, {"CLUSTER", "INFO"});
+    if (ci.rfind("ERR:", 0) == 0) {
+      o << " " << id << ":down";
+      continue;
+    }
+    if (current.empty())
+      current = field(ci, "cluster_current_epoch");
+    o << " " << id << ":" << (role(id) == "master" ? "P" : "r") << field(ci, "cluster_my_epoch");
+  }
+  return "epochs: current " + current + ";" + o.str();
+}
+
+/// What a `run` node claims once it settled: ready, or exited with a code.
+struct claim {
+  bool ready = false;
+  std::optional<int> exited;
+  std::string text() const {
+    return ready ? "ready" : exited ? "exit " + std::to_string(*exited) : "neither ready nor exited";
+  }
+};
+
+/// Waits (at most `limit`) until `node` is ready or exits; what it claims.
+claim settle(run_node& node, std::chrono::milliseconds limit) {
+  auto t = clock_type::now();
+  test::eventually([&] { return node.exited().has_value() || node.ready(); }, limit);
+  claim c;
+  c.exited = node.exited();
+  c.ready = !c.exited && node.ready();
+  std::cout << "[node run " << node.name << "] " << c.text() << " after " << ms_since(t) << " ms"
+            << refusals(node.text()) << "\n";
+  return c;
+}
+
+/// An outside review's sequence (issue 45) on pair `k` (node k a primary,
+/// node k+3 its only replica): node k+3 promoted gracefully (rc-failover),
+/// its only replica, node k, then cut off so that it can neither take over
+/// nor sync (rc-cut-replica: SIGSTOP and its link killed), node k+3 killed
+/// and restarted at once (rc-kill, rc-start: back before anything could
+/// replace it, an EMPTY primary of its slots: no persistence), then node k
+/// resumed (rc-resume: it re-syncs the empty data set).  The shard's primary
+/// now holds nothing under a new replid with a zero replid2, and its node
+/// id was never a primary while a node of the namespace ran (the failover
+/// happened with the projection stopped).  Then `run` starts: it must
+/// either refuse (exit 3, naming the primary or its slots and the cause) or
+/// be ready with nothing missing, never ready with entries missing.
+/// TearDown's leave_healthy fails pair k back to node k.
+void promoted_replica_restarted_empty(scale& t, int k) {
+  constexpr int users = 2000;
+  constexpr uint64_t n = 8000;
+  const int old_primary = k, promoted = k + 3;
+  const auto k_s = std::to_string(old_primary), p_s = std::to_string(promoted);
+  ASSERT_NO_FATAL_FAILURE(t.run_caught_up(n, users));
+  ASSERT_EQ(t.running->stop(), 0) << t.running->text();
+  t.running.reset();
+  const auto m = model_of(0, n, users);
+  ASSERT_EQ(primary_in(k), old_primary);
+  ASSERT_EQ(replica_in(k), promoted);
+  const auto shard = slots_of(old_primary);
+  ASSERT_FALSE(shard.empty());
+  const auto shard_text = redis::format_ranges(shard);
+  ASSERT_GT(scale::users_in(m, shard), 0u);
+  std::cout << "pair " << k << " (slots " << shard_text << "; the namespace's slot "
+            << (redis::contains(shard, ns_slot) ? "among them" : "elsewhere")
+            << "); before: " << epochs_text() << "\n";
+
+  ASSERT_SVC("rc-failover " + p_s);     // node k+3 the primary, node k its replica
+  ASSERT_SVC("rc-cut-replica " + k_s);  // node k SIGSTOPped, its link cut on node k+3
+  ASSERT_SVC("rc-kill " + p_s);
+  ASSERT_SVC("rc-start " + p_s);        // back at once: an EMPTY primary of its slots
+  ASSERT_SVC("rc-resume " + k_s);       // node k re-syncs the empty data set
+  auto healthy = wait_cluster_ok(60s);
+  ASSERT_EQ(healthy, "") << "the set did not settle after rc-resume " << k_s;
+  std::cout << "after: " << epochs_text() << "\n";
+
+  // The state the review described.
+  auto info = node_cmd(promoted, {"INFO", "replication"});
+  ASSERT_EQ(field(info, "role"), "master") << info;
+  EXPECT_EQ(field(info, "master_replid2"), std::string(40, '0')) << info;
+  EXPECT_EQ(node_cmd(promoted, {"DBSIZE"}), "0");
+  EXPECT_EQ(redis::format_ranges(slots_of(promoted)), shard_text);
+  EXPECT_TRUE(test::eventually(
+    [&] {
+      auto r = node_cmd(old_primary, {"INFO", "replication"});
+      return field(r, "role") == "slave" && field(r, "master_link_status") == "up"
+             && field(r, "master_replid") == field(info, "master_replid")
+             && node_cmd(old_primary, {"DBSIZE"}) == "0";
+    },
+    30s))
+    << "node " << k_s << " did not re-sync the empty node " << p_s << ": "
+    << node_cmd(old_primary, {"INFO", "replication"});
+  auto lost = compare(m);
+  std::cout << "Redis before the start: " << lost.text() << "\n";
+  ASSERT_GT(lost.behind, 0u) << "the empty restart lost nothing: the test proves nothing";
+
+  // The start: what it claims is judged as it claims it.
+  run_node node{"after-empty-restart", t.dir, t.args("run")};
+  auto c = settle(node, 90s);
+  ASSERT_TRUE(c.ready || c.exited) << "the node neither became ready nor refused in 90 s; /readyz "
+                                   << test::http_get(node.port, "/readyz").body << "\n"
+                                   << node.text();
+  for (auto& l : lines_with(node.text(), ": start "))
+    std::cout << "  " << l << "\n";
+  if (c.exited) {
+    auto text = node.text();
+    auto why = refusals(text);
+    EXPECT_EQ(*c.exited, 3) << "not a refusal:\n" << text;
+    EXPECT_TRUE(why.find("primary " + nodes().at(promoted)) != std::string::npos
+                || why.find(shard_text) != std::string::npos)
+      << "the refusal names neither node " << p_s << " (" << nodes().at(promoted)
+      << ") nor its slots " << shard_text << ":" << why;
+    EXPECT_NE(why.find("copy"), std::string::npos) << "the refusal names no cause:" << why;
+    return;
+  }
+  // Ready: the start target is reached, so Redis must hold every entry now.
+  auto at_ready = compare(m);
+  EXPECT_TRUE(at_ready.equal()) << "ready with entries missing: " << at_ready.text();
+  if (!at_ready.equal()) {
+    // Still missing once every checkpoint stands at the end of the log?
+    bool reached = t.checkpoints_reach(static_cast<int64_t>(n / partitions), 30s);
+    std::cout << (reached ? "checkpoints at the end of the log" : t.checkpoints_text())
+              << "; then " << compare(m).text() << "\n";
+  }
+  EXPECT_EQ(node.stop(), 0) << node.text();
+}
+
+} // namespace
+
+// The review's sequence on pair 2 (rc-failover 5; rc-cut-replica 2;
+// rc-kill 5; rc-start 5; rc-resume 2): a shard that does not serve the
+// namespace's slot, so meta, the checkpoints and the namespace's record of
+// its primaries survive, and the empty primary (node 5) is one that record
+// never saw as a primary (the review: "ready with 2,373 entries missing").
+TEST_F(scale, APromotedReplicaRestartedEmptyIsNeverVouchedFor) {
+  promoted_replica_restarted_empty(*this, 2);
+}
+
+// The same on pair 1 as the review wrote it (rc-failover 4; rc-cut-replica
+// 1; rc-kill 4; rc-start 4; rc-resume 1).  Pair 1's shard serves the
+// namespace's slot (3923), so meta, the checkpoints and the record of the
+// primaries are lost with it (the copies on the other two primaries stay):
+// the node finds a new namespace and projects the log from offset 0, which
+// is ready with nothing missing while the log's head is there.
+TEST_F(scale, APromotedReplicaRestartedEmptyWithTheNamespaceIsNeverVouchedFor) {
+  promoted_replica_restarted_empty(*this, 1);
+}
+
+namespace {
+
+/// An outside review's sequence (issue 45): with the projection caught up
+/// and stopped, one slot of pair 2's shard (the busiest, neither the
+/// namespace's nor its primary's lowest, which holds its copy key) moved to
+/// pair 3's shard and back, twice (rc-move-slot: finishing an import bumps
+/// the importing primary's configuration epoch unless it holds the highest
+/// already, so the four moves bump pair 3's, pair 2's, pair 3's and pair
+/// 2's in turn: pair 2's ends with the last new epoch, pair 3's with the
+/// one before, and the earlier ones are held by no primary any more; the
+/// test prints every node's epoch after each step), then a graceful
+/// failover (rc-failover:
+/// the replica takes over only once it holds every write) of pair
+/// `failed`'s shard.  Nothing was lost, so `run` must be ready with nothing
+/// missing, and so must the next start and the one after it.  TearDown's
+/// leave_healthy fails the pair back.
+void alternating_moves_then_graceful_failover(scale& t, int failed) {
+  constexpr int users = 2000;
+  constexpr uint64_t n = 8000;
+  constexpr int round_trips = 2;
+  ASSERT_NO_FATAL_FAILURE(t.run_caught_up(n, users));
+  ASSERT_EQ(t.running->stop(), 0) << t.running->text();
+  t.running.reset();
+  const auto m = model_of(0, n, users);
+  const int home = primary_in(2), away = primary_in(3);
+  ASSERT_EQ(home, 2);
+  ASSERT_EQ(away, 3);
+  const auto home_slots = slots_of(home);
+  ASSERT_FALSE(home_slots.empty());
+  std::map<uint16_t, size_t> entries_in;
+  for (auto& [user, sessions] : m)
+    entries_in[redis::key_slot(convs + user)] += sessions.size();
+  uint16_t slot = 0;
+  size_t most = 0;
+  for (auto& [s, e] : entries_in)
+    if (redis::contains(home_slots, s) && s != ns_slot && s != home_slots.front().first && e > most) {
+      slot = s;
+      most = e;
+    }
+  ASSERT_GT(most, 0u) << "no busy slot on node " << home;
+  const auto slot_s = std::to_string(slot);
+  std::cout << "slot " << slot << " (" << most << " entries) moves between node " << home
+            << " and node " << away << "; before: " << epochs_text() << "\n";
+
+  t.undo.push_back("rc-move-slot " + slot_s + " " + std::to_string(home));
+  for (int i = 0; i < round_trips; ++i) {
+    ASSERT_SVC("rc-move-slot " + slot_s + " " + std::to_string(away));
+    ASSERT_EQ(owner_of(slot), away);
+    std::cout << "slot " << slot << " on node " << away << ": " << epochs_text() << "\n";
+    ASSERT_SVC("rc-move-slot " + slot_s + " " + std::to_string(home));
+    ASSERT_EQ(owner_of(slot), home);
+    std::cout << "slot " << slot << " back on node " << home << ": " << epochs_text() << "\n";
+  }
+  t.undo.pop_back();  // the slot is home again
+  auto moved = compare(m);
+  ASSERT_TRUE(moved.equal()) << "the moves lost keys: " << moved.text();
+
+  const int primary = primary_in(failed), replica = replica_in(failed);
+  ASSERT_EQ(primary, failed);
+  ASSERT_EQ(node_cmd(primary, {"WAIT", "1", "5000"}), "1") << "WAIT on node " << primary;
+  ASSERT_SVC("rc-failover " + std::to_string(replica));
+  ASSERT_EQ(role(replica), "master");
+  auto healthy = wait_cluster_ok(30s);
+  ASSERT_EQ(healthy, "") << "the set did not settle after the failover";
+  std::cout << "after the failover of pair " << failed << ": " << epochs_text() << "\n";
+  auto failed_over = compare(m);
+  ASSERT_TRUE(failed_over.equal()) << "the graceful failover lost writes: " << failed_over.text();
+
+  for (int start = 1; start <= 3; ++start) {
+    run_node node{"start-" + std::to_string(start), t.dir, t.args("run")};
+    auto c = settle(node, 90s);
+    EXPECT_TRUE(c.ready) << "start " << start << " after the failover: " << c.text() << ":"
+                         << refusals(node.text()) << "\n"
+                         << (c.exited ? "" : test::http_get(node.port, "/readyz").body);
+    if (!c.ready)
+      return;
+    auto cmp = compare(m);
+    EXPECT_TRUE(cmp.equal()) << "start " << start << ", ready: " << cmp.text();
+    EXPECT_EQ(node.stop(), 0) << node.text();
+    std::cout << "after start " << start << ": " << epochs_text() << "\n";
+  }
+}
+
+} // namespace
+
+// Issue 45's false refusal after a graceful failover (rule 2, a failover
+// that lost nothing costs nothing; rule 4, epoch facts): both refuse today
+// with `copy epoch ... held by none` on the first start, so they carry the
+// label `findings` only (CMakeLists.txt), outside the test command, until
+// those rules land.
+class scale_findings : public scale {};
+
+// The review's sequence as written: the failover of pair 2's shard, the
+// slot's home, which gave the slot away each time (and imported it back:
+// the cause docs/RELIABILITY.md names for a `copy epoch` refusal, "a slot
+// that left the old primary and came back", which a graceful failover
+// cannot have lost).  The review: the second restart exited 3 with `copy
+// epoch: stored "epochs 13..16 held by other primaries", observed "epoch 13
+// held by none"`.
+TEST_F(scale_findings, AGracefulFailoverAfterAlternatingSingleSlotMovesStaysReadyAcrossRestarts) {
+  alternating_moves_then_graceful_failover(*this, 2);
+}
+
+// The same moves between pairs 2 and 3, then the graceful failover of pair
+// 1's shard, which no slot left or entered: no migration into its former
+// primary and no failover elsewhere, yet the epochs of the first two
+// imports are held by no current primary.
+TEST_F(scale_findings, AGracefulFailoverOfAShardNoSlotMovedThroughStaysReadyAcrossRestarts) {
+  alternating_moves_then_graceful_failover(*this, 1);
 }

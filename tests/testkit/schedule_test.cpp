@@ -23,6 +23,7 @@
 #include "core/mutants.hpp"
 #include "front.hpp"
 #include "qsession/projection/testkit.hpp"
+#include "testkit/world/world.hpp"
 
 namespace {
 
@@ -422,6 +423,67 @@ TEST(Finding45Rule3, ARunningNodeNeverReCreatesAFlushedShardsCopy) {
   qsp::mutant::activate(qsp::mutant::id::none);
   EXPECT_EQ(before.state, "ready");
   EXPECT_TRUE(before.lost) << "the plain HSET was expected to vouch for the flushed entries";
+}
+
+// Issue 45, rule 1 (the review's first reproduced sequence, a promoted
+// replica restarted empty while the projection was stopped): the empty
+// primary has a node id the namespace never judged as a primary, a new
+// replid and no former history, as a primary that joined has.  The fixed
+// start knows it for the replica of a judged primary, serving that
+// primary's slots (the registry records both): a loss, replayed from the
+// log (or refused naming it).  Under joined_without_replicas (the pre-fix
+// rule) it is vouched for at the checkpoints: ready with its entries
+// missing.  Both with the registry where the product keeps it.
+namespace {
+
+flush_outcome promoted_replica_restarted_empty() {
+  qsp::test::set_worlds_as_unkind_as_redis(true);
+  qsp::testkit::kit_options o;
+  o.redis_shards = 3;
+  qsp::testkit::kit k{o};
+  qsp::test::set_worlds_as_unkind_as_redis(false);
+  fill_partitions(k, 0, 12, [](int i) -> std::vector<std::string> {
+    return {"user-" + std::to_string(i % 11), "user-" + std::to_string((i + 5) % 13)};
+  });
+  k.start();
+  flush_outcome out;
+  if (!k.run_until_ready())
+    return out;
+  for (int32_t p = 0; p < k.partition_count(); ++p)
+    k.run_until_offset(p, k.last_stable_offset(p));
+  if (!k.stop())
+    return out;
+  auto home = k.redis_shard_of_namespace();
+  auto lost = home == 0 ? 1 : 0;
+  k.redis_shard_failover(lost, 0);
+  if (!k.redis_shard_restart_empty(lost))
+    return out;
+  k.start();
+  k.run_until([&] { return k.state() == "ready" || k.state() == "refused"; });
+  k.advance(std::chrono::seconds{1});
+  out.state = k.state();
+  if (out.state == "ready")
+    out.lost = !k.model_equals_redis();
+  else
+    out.why = k.status() ? k.status()->last_error : std::string{};
+  return out;
+}
+
+} // namespace
+
+TEST(Finding45Rule1, APromotedReplicaRestartedEmptyIsNeverVouchedFor) {
+  auto fixed = promoted_replica_restarted_empty();
+  EXPECT_TRUE(fixed.state == "ready" || fixed.state == "refused") << fixed.state;
+  EXPECT_FALSE(fixed.lost) << "ready with the emptied shard's entries missing";
+  if (fixed.state == "refused") {
+    EXPECT_NE(fixed.why.find("replica of primary"), std::string::npos) << fixed.why;
+  }
+  std::printf("[rule 1] fixed: %s %s\n", fixed.state.c_str(), fixed.why.substr(0, 300).c_str());
+  qsp::mutant::activate(qsp::mutant::id::joined_without_replicas);
+  auto before = promoted_replica_restarted_empty();
+  qsp::mutant::activate(qsp::mutant::id::none);
+  EXPECT_EQ(before.state, "ready");
+  EXPECT_TRUE(before.lost) << "the pre-fix rule was expected to vouch for the emptied shard";
 }
 
 // -- the host's per-schedule hook, and what a failing schedule prints ---------------

@@ -222,3 +222,74 @@ TEST(Copies, AMigrationThereAndBackBeforeAFailoverRefuses) {
   c.shards[0].replid2 = z40;
   EXPECT_TRUE(judge_copies(c, {{0, 40}}, meta).problems.empty());
 }
+
+// Issue 45, rule 1: a primary the namespace never knew, without a former
+// history, joined only if its slots came from a primary that lives on.  The
+// registry records the last judged slots and replicas ("@slots",
+// "@replicas"); a known primary's replica, or slots whose last holder is no
+// longer a primary, are a loss: replayed from offset 0, the cause named.
+TEST(Copies, APrimaryWithoutAKnownOriginIsReplayedNotJoined) {
+  redis_cluster_state c;
+  c.copies_marked = true;
+  c.known_primaries = {{"n1-id", {a40}}, {"n2-id", {std::string(40, 'c')}}};
+  auto n1 = primary("n1", "valid", 40);
+  n1.slots = "0-8191";
+  auto fresh = primary("n9", "absent");
+  fresh.slots = "8192-16383";
+  fresh.replid = b40;
+  c.shards = {n1, fresh};
+  // An older registry (no slot map): taken for a primary that joined.
+  auto old = judge_copies(c, {{0, 40}}, meta);
+  EXPECT_TRUE(old.problems.empty());
+  EXPECT_TRUE(old.replay_from.empty());
+  EXPECT_EQ(old.refresh.positions.at("n9-id").at(0).first, 40);
+  // n2 held those slots and n9 was its replica: a loss.
+  read_registry_field("@slots", "n1-id:0-8191 n2-id:8192-16383", c);
+  read_registry_field("@replicas", "n1-id:r1 n2-id:n9-id", c);
+  auto lost = judge_copies(c, {{0, 40}}, meta);
+  EXPECT_TRUE(lost.problems.empty());
+  ASSERT_EQ(lost.replay_from.count(0), 1u);
+  EXPECT_EQ(lost.replay_from.at(0).first, 0);
+  EXPECT_NE(lost.replay_cause.at(0).find("replica of primary node n2-id"), std::string::npos)
+    << lost.replay_cause.at(0);
+  EXPECT_EQ(lost.refresh.positions.at("n9-id").count(0), 0u) << "vouched for what it lost";
+  EXPECT_EQ(lost.refresh.must_wait.count("n9-id"), 1u);
+  // Not its replica, but n2 (the slots' last holder) is no primary now.
+  c.known_replicas.clear();
+  auto covered = judge_copies(c, {{0, 40}}, meta);
+  ASSERT_EQ(covered.replay_from.count(0), 1u);
+  EXPECT_NE(covered.replay_cause.at(0).find("slots 8192-16383"), std::string::npos)
+    << covered.replay_cause.at(0);
+  // The slots migrated from n1, which still serves: it joined.
+  c.known_slots = {{"n1-id", "0-16383"}};
+  auto joined = judge_copies(c, {{0, 40}}, meta);
+  EXPECT_TRUE(joined.replay_from.empty());
+  EXPECT_EQ(joined.refresh.positions.at("n9-id").at(0).first, 40);
+}
+
+TEST(Copies, TheRegistryRecordsHistoriesSlotsAndReplicas) {
+  std::map<std::string, judged_primary> judged{
+    {"n1-id", judged_primary{a40, "0", "0-8191", {"r1", "r2"}}},
+    {"n2-id", judged_primary{b40, "8192", "8192-16383", {}}}};
+  auto first = registry_update({}, judged);
+  EXPECT_EQ(first.at("n1-id"), a40);
+  EXPECT_EQ(first.at("@slots"), "n1-id:0-8191 n2-id:8192-16383");
+  EXPECT_EQ(first.at("@replicas"), "n1-id:r1,r2 n2-id:");
+  // Nothing changed: nothing written.
+  EXPECT_TRUE(registry_update(first, judged).empty());
+  redis_cluster_state st;
+  for (auto& [f, v] : first)
+    read_registry_field(f, v, st);
+  EXPECT_EQ(st.known_primaries.size(), 2u);
+  EXPECT_EQ(st.known_primaries.at("n1-id").count(a40), 1u);
+  EXPECT_EQ(st.known_slots.at("n2-id"), "8192-16383");
+  EXPECT_EQ(st.known_replicas.at("n1-id"), (std::set<std::string>{"r1", "r2"}));
+  EXPECT_TRUE(st.known_replicas.at("n2-id").empty());
+  // A new history is appended; a field a later build adds is skipped.
+  judged["n1-id"].replid = z40;
+  auto next = registry_update(first, judged);
+  EXPECT_EQ(next.at("n1-id"), a40 + " " + z40);
+  EXPECT_EQ(next.count("@slots"), 0u);
+  read_registry_field("@later", "x", st);
+  EXPECT_EQ(st.known_primaries.count("@later"), 0u);
+}
