@@ -9,6 +9,20 @@ namespace qsp {
 
 reader_actor::behavior_type session_reader(reader_actor::stateful_pointer<reader_state> self,
                                            std::shared_ptr<generation> gen) {
+  // Its connection opens with the generation (issue 45, rule 6): a failover
+  // or a restart of Redis under it will reset it, so the first pull after one
+  // meets the reset (and the supervisor closes the gate) instead of opening
+  // a fresh connection to a primary that lost writes.  If it cannot be
+  // opened, the generation fails as with any other Redis connection.
+  auto made = gen->ports->make_session_store();
+  if (!made) {
+    self->quit(made.error());
+    return {[](atom::sessions, const std::string&, uint32_t) -> caf::result<session_list> {
+      return caf::make_error(ec::redis_unavailable, "session reader stopped");
+    }};
+  }
+  state_of(self).sessions = std::move(*made);
+  gen->track(state_of(self).sessions);
   return {
     [=](atom::sessions, const std::string& user, uint32_t limit) -> caf::result<session_list> {
       auto& st = state_of(self);

@@ -523,7 +523,27 @@ supervisor(supervisor_pointer self, projection_settings cfg, std::shared_ptr<por
           text += ", but its namespace is not: " + namespace_held(st);
         return caf::make_error(ec::not_ready, std::move(text));
       }
-      return qsp::mail(self, atom::sessions_v, user, limit).delegate(state_of(self).reader);
+      // Ready is a claim about Redis even while idle (issue 45, rule 6): a
+      // read that meets a lost connection (a failover, a restart: writes may
+      // have been rolled back under the gate) closes the gate before any
+      // later pull is served; the restart from the checkpoints replays what
+      // Redis lost and opens it again.  Other errors (a wrong reply) leave
+      // the gate as it is.
+      auto rp = self->make_response_promise<session_list>();
+      auto at = st.generation;
+      qsp::mail(self, atom::sessions_v, user, limit)
+        .request(st.reader, caf::infinite)
+        .then([rp](session_list& l) mutable { rp.deliver(std::move(l)); },
+              [=](caf::error& err) mutable {
+                rp.deliver(err);
+                auto& now = state_of(self);
+                if (code_of(err) == ec::redis_unavailable && now.generation == at && now.ready) {
+                  now.logs->warn("a pull met a lost Redis connection while ready: closing the "
+                                 "gate until the checkpoints are replayed");
+                  fail(self, err);
+                }
+              });
+      return rp;
     },
     [=](atom::subscribe, const status_listener& listener) {
       auto& st = state_of(self);

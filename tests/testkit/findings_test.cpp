@@ -112,6 +112,37 @@ TEST(Findings, SchedulesWithOneRedisAsUnkindAsRedis) {
   EXPECT_EQ(failed, 0u) << "single-Redis schedules failed (each line above names its seed)";
 }
 
+// Issue 44, item 3: the unkind schedules catch the planted mutants of the
+// rules issue 45 changes.  Each seed below refuses (or passes) under the
+// fixed rules and is a silent loss ("[nothing lost]") under the mutant.
+// (copies_stamped_at_open changes no schedule's outcome today: the kit's
+// ClusterWorld.ACopyCarriesTheEpochReadWhenItIsWritten shows it.)
+std::string outcome(uint64_t seed) {
+  qsp::test::set_worlds_as_unkind_as_redis(true);
+  auto r = run_schedule(seed, 200, unkind_options(seed));
+  qsp::test::set_worlds_as_unkind_as_redis(false);
+  return r.ok ? std::string{"ok"} : finding_of(r.failure);
+}
+
+TEST(Findings, TheUnkindSchedulesCatchTheMutantsOfRoundThree) {
+  struct planted {
+    qsp::mutant::id m;
+    uint64_t seed;
+  };
+  for (auto [m, seed] : {planted{qsp::mutant::id::joined_without_replicas, 9},
+                         planted{qsp::mutant::id::joined_without_replicas, 408},
+                         planted{qsp::mutant::id::copies_plain_hset, 270}}) {
+    auto fixed = outcome(seed);
+    qsp::mutant::activate(m);
+    auto planted_out = outcome(seed);
+    qsp::mutant::activate(qsp::mutant::id::none);
+    EXPECT_EQ(fixed.find("[nothing lost]"), std::string::npos)
+      << "seed " << seed << " loses entries under the fixed rules: " << fixed;
+    EXPECT_NE(planted_out.find("[nothing lost]"), std::string::npos)
+      << "seed " << seed << " under " << qsp::mutant::name(m) << ": " << planted_out;
+  }
+}
+
 } // namespace
 
 namespace {
