@@ -16,6 +16,7 @@ struct reader_state {
 };
 
 reader_actor::behavior_type session_reader(reader_actor::stateful_pointer<reader_state> self,
-                                           std::shared_ptr<generation> gen);
+                                           std::shared_ptr<generation> gen,
+                                           caf::timespan check_interval);
 
 } // namespace qsp

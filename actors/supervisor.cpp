@@ -247,7 +247,7 @@ void on_verified(supervisor_pointer self, verified_start vs, std::shared_ptr<gen
   adopt(self, st.fence);
   st.writer = spawn_io(redis_writer, st.cfg, vs, gen, st.aggregator, st.fence, st.stats);
   adopt(self, st.writer);
-  st.reader = spawn_io(session_reader, gen);
+  st.reader = spawn_io(session_reader, gen, st.cfg.identity_check_interval);
   adopt(self, st.reader);
   if (!spawn_consumers(self, vs, *gen))
     return;

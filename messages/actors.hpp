@@ -71,10 +71,15 @@ using fence_actor = qsp::typed_actor<
   caf::result<void>(atom::poll)>;  ///< a delayed on-demand check (self)
 
 /// Serves PULL_SESSION_LIST reads on its own Redis connection, never behind
-/// the write pipeline.  A failed read answers the error (and reconnects on
-/// the next read); it never ends the reader.
+/// the write pipeline, opened with the generation.  A failed read answers
+/// the error (the supervisor closes the gate; a later read reconnects).
+/// `tick`: the idle check (self, every projection.identity-check-interval):
+/// a connection Redis lost (a failover, a restart) ends the reader with the
+/// error, and so the generation: ready is a claim about Redis even while
+/// nothing is written or pulled (issue 45, rule 6).
 using reader_actor = qsp::typed_actor<
-  caf::result<session_list>(atom::sessions, std::string, uint32_t)>;
+  caf::result<session_list>(atom::sessions, std::string, uint32_t),
+  caf::result<void>(atom::tick)>;
 
 /// Polls one partition of the dispatch log when woken (records arrived, a
 /// confirmation, or the idle tick), decodes, and hands bounded batches to the

@@ -158,6 +158,15 @@ public:
   }
   /// The user's conversations, newest first.
   virtual caf::expected<session_list> sessions(const std::string& user, size_t limit) = 0;
+  /// The idle check (issue 45, rule 6): one cheap read on this store's
+  /// connection; an error (a connection Redis reset: a failover, a restart)
+  /// ends the generation.  The default reads no user's set (limit 0).
+  virtual caf::expected<void> probe() {
+    auto r = sessions(std::string{}, 0);
+    if (!r)
+      return r.error();
+    return {};
+  }
   /// Redis Cluster mode (docs/DESIGN.md §15, "per-shard copies"): writes, on
   /// every primary, that shard's copy of `positions` (partition ->
   /// {next_offset, leader_epoch}) of the projection `id`.  Called only once

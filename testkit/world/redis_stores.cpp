@@ -372,6 +372,15 @@ caf::expected<bool> fake_session_store::confirm(size_t n, std::chrono::milliseco
   return true;
 }
 
+caf::expected<void> fake_session_store::probe() {
+  lock g{w_->mtx};
+  if (auto err = connection("ZREVRANGE (idle check)"))
+    return err;
+  if (w_->redis_frozen)
+    return frozen("ZREVRANGE (idle check)");
+  return {};
+}
+
 caf::expected<session_list> fake_session_store::sessions(const std::string& user, size_t limit) {
   lock g{w_->mtx};
   ++w_->calls.sessions;

@@ -59,6 +59,8 @@ public:
   caf::expected<void> send(const std::vector<session_update>& updates) override;
   caf::expected<bool> confirm(size_t n, std::chrono::milliseconds wait) override;
   caf::expected<session_list> sessions(const std::string& user, size_t limit) override;
+  /// As the default, without counting a read (calls.sessions counts pulls).
+  caf::expected<void> probe() override;
   caf::expected<void>
   write_copies(const core::identity& id,
                const std::map<int32_t, std::pair<int64_t, int32_t>>& positions) override;

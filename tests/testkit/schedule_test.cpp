@@ -369,6 +369,51 @@ struct flush_outcome {
   std::string why;    ///< the refusal
 };
 
+/// Starts `k` and runs it until ready with every partition at its end.
+bool started_and_caught_up(qsp::testkit::kit& k) {
+  k.start();
+  if (!k.run_until_ready())
+    return false;
+  for (int32_t p = 0; p < k.partition_count(); ++p)
+    if (!k.run_until_offset(p, k.last_stable_offset(p)))
+      return false;
+  return true;
+}
+
+/// Runs `k`, just (re)started, until it is ready or refused: which, and
+/// whether ready with entries missing, or why refused.
+flush_outcome settled(qsp::testkit::kit& k) {
+  k.run_until([&] { return k.state() == "ready" || k.state() == "refused"; });
+  k.advance(std::chrono::seconds{1});
+  flush_outcome out;
+  out.state = k.state();
+  if (out.state == "ready")
+    out.lost = !k.model_equals_redis();
+  else
+    out.why = k.status() ? k.status()->last_error : std::string{};
+  return out;
+}
+
+/// The fixed rule ends ready with nothing missing or refused naming
+/// `cause`; under the mutant `m` (the pre-fix rule) the same sequence ends
+/// ready with entries missing.
+void fixed_then_planted(flush_outcome (*sequence)(), qsp::mutant::id m, const char* cause,
+                        const char* rule) {
+  auto fixed = sequence();
+  EXPECT_TRUE(fixed.state == "ready" || fixed.state == "refused") << fixed.state;
+  EXPECT_FALSE(fixed.lost) << "ready with entries missing";
+  if (fixed.state == "refused") {
+    EXPECT_NE(fixed.why.find(cause), std::string::npos) << fixed.why;
+  }
+  std::printf("[%s] fixed: %s %s\n", rule, fixed.state.c_str(), fixed.why.substr(0, 300).c_str());
+  qsp::mutant::activate(m);
+  auto before = sequence();
+  qsp::mutant::activate(qsp::mutant::id::none);
+  EXPECT_EQ(before.state, "ready");
+  EXPECT_TRUE(before.lost) << "the pre-fix rule (" << qsp::mutant::name(m)
+                           << ") was expected to vouch for lost entries";
+}
+
 flush_outcome flushall_under_a_running_node() {
   qsp::testkit::kit_options o;
   o.redis_shards = 3;
@@ -379,12 +424,9 @@ flush_outcome flushall_under_a_running_node() {
     });
   };
   fill(0, 12);
-  k.start();
   flush_outcome out;
-  if (!k.run_until_ready())
+  if (!started_and_caught_up(k))
     return out;
-  for (int32_t p = 0; p < k.partition_count(); ++p)
-    k.run_until_offset(p, k.last_stable_offset(p));
   k.advance(std::chrono::milliseconds{100});
   auto home = k.redis_shard_of_namespace();
   auto flushed = home == 0 ? 1 : 0;
@@ -398,31 +440,14 @@ flush_outcome flushall_under_a_running_node() {
     return k.ready();
   });
   k.restart();
-  k.run_until([&] { return k.state() == "ready" || k.state() == "refused"; });
-  k.advance(std::chrono::seconds{1});
-  out.state = k.state();
-  if (out.state == "ready")
-    out.lost = !k.model_equals_redis();
-  else
-    out.why = k.status() ? k.status()->last_error : std::string{};
-  return out;
+  return settled(k);
 }
 
 } // namespace
 
 TEST(Finding45Rule3, ARunningNodeNeverReCreatesAFlushedShardsCopy) {
-  auto fixed = flushall_under_a_running_node();
-  EXPECT_TRUE(fixed.state == "ready" || fixed.state == "refused") << fixed.state;
-  EXPECT_FALSE(fixed.lost) << "ready with the flushed shard's entries missing";
-  if (fixed.state == "refused") {
-    EXPECT_NE(fixed.why.find("holds no copy"), std::string::npos) << fixed.why;
-  }
-  std::printf("[rule 3] fixed: %s %s\n", fixed.state.c_str(), fixed.why.substr(0, 300).c_str());
-  qsp::mutant::activate(qsp::mutant::id::copies_plain_hset);
-  auto before = flushall_under_a_running_node();
-  qsp::mutant::activate(qsp::mutant::id::none);
-  EXPECT_EQ(before.state, "ready");
-  EXPECT_TRUE(before.lost) << "the plain HSET was expected to vouch for the flushed entries";
+  fixed_then_planted(flushall_under_a_running_node, qsp::mutant::id::copies_plain_hset,
+                     "holds no copy", "rule 3");
 }
 
 // Issue 45, rule 1 (the review's first reproduced sequence, a promoted
@@ -445,13 +470,8 @@ flush_outcome promoted_replica_restarted_empty() {
   fill_partitions(k, 0, 12, [](int i) -> std::vector<std::string> {
     return {"user-" + std::to_string(i % 11), "user-" + std::to_string((i + 5) % 13)};
   });
-  k.start();
   flush_outcome out;
-  if (!k.run_until_ready())
-    return out;
-  for (int32_t p = 0; p < k.partition_count(); ++p)
-    k.run_until_offset(p, k.last_stable_offset(p));
-  if (!k.stop())
+  if (!started_and_caught_up(k) || !k.stop())
     return out;
   auto home = k.redis_shard_of_namespace();
   auto lost = home == 0 ? 1 : 0;
@@ -459,31 +479,44 @@ flush_outcome promoted_replica_restarted_empty() {
   if (!k.redis_shard_restart_empty(lost))
     return out;
   k.start();
-  k.run_until([&] { return k.state() == "ready" || k.state() == "refused"; });
-  k.advance(std::chrono::seconds{1});
-  out.state = k.state();
-  if (out.state == "ready")
-    out.lost = !k.model_equals_redis();
-  else
-    out.why = k.status() ? k.status()->last_error : std::string{};
-  return out;
+  return settled(k);
 }
 
 } // namespace
 
 TEST(Finding45Rule1, APromotedReplicaRestartedEmptyIsNeverVouchedFor) {
-  auto fixed = promoted_replica_restarted_empty();
-  EXPECT_TRUE(fixed.state == "ready" || fixed.state == "refused") << fixed.state;
-  EXPECT_FALSE(fixed.lost) << "ready with the emptied shard's entries missing";
-  if (fixed.state == "refused") {
-    EXPECT_NE(fixed.why.find("replica of primary"), std::string::npos) << fixed.why;
-  }
-  std::printf("[rule 1] fixed: %s %s\n", fixed.state.c_str(), fixed.why.substr(0, 300).c_str());
-  qsp::mutant::activate(qsp::mutant::id::joined_without_replicas);
-  auto before = promoted_replica_restarted_empty();
-  qsp::mutant::activate(qsp::mutant::id::none);
-  EXPECT_EQ(before.state, "ready");
-  EXPECT_TRUE(before.lost) << "the pre-fix rule was expected to vouch for the emptied shard";
+  fixed_then_planted(promoted_replica_restarted_empty, qsp::mutant::id::joined_without_replicas,
+                     "replica of primary", "rule 1");
+}
+
+// Issue 45, rule 6 (every topology): ready is a claim about Redis even
+// while idle.  Six conversations for alice, a failover that rolls back the
+// last two writes, and then nothing: no record, no pull.  Within the idle
+// check's interval (projection.identity-check-interval) the projection
+// leaves ready and says so in a status push; the replay opens the gate again
+// with all six.  (Before: ready, with two of them gone, until a record
+// arrived.)
+TEST(Finding45Rule6, AnIdleReadyProjectionNoticesARollbackWithoutAPull) {
+  qsp::testkit::kit_options o;
+  o.partitions = 1;
+  qsp::testkit::kit k{o};
+  for (int i = 0; i < 6; ++i)
+    k.produce(0, "c" + std::to_string(i), 1000 + i, {"alice"});
+  k.start();
+  ASSERT_TRUE(k.run_until_ready(std::chrono::seconds{10})) << k.explain();
+  ASSERT_TRUE(k.run_until_offset(0, 6)) << k.explain();
+  auto pushes = k.statuses().size();
+  ASSERT_EQ(k.redis_failover(2), 2u);
+  ASSERT_TRUE(k.run_until_not_ready(std::chrono::seconds{5})) << k.explain();
+  bool pushed = false;
+  for (size_t i = pushes; i < k.statuses().size(); ++i)
+    pushed = pushed || k.statuses()[i].state != "ready";
+  EXPECT_TRUE(pushed) << "no status push said the projection left ready";
+  ASSERT_TRUE(k.run_until_ready(std::chrono::seconds{30})) << k.explain();
+  auto served = k.pull("alice", 10);
+  ASSERT_TRUE(served) << k.explain();
+  EXPECT_EQ(served->size(), 6u);
+  EXPECT_TRUE(k.model_equals_redis());
 }
 
 // -- the host's per-schedule hook, and what a failing schedule prints ---------------
