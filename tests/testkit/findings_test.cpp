@@ -40,8 +40,9 @@ schedule_options unkind_options(uint64_t seed) {
   return o;
 }
 
-/// The finding in a failure: the first invariant broken (a loss), else
-/// the refusal (its cause), else the first line after the header.
+/// The finding in a failure: the first invariant broken (a loss), else a
+/// difference the final comparison found (a loss), else the refusal (its
+/// cause), else the first line after the header.
 std::string finding_of(const std::string& failure) {
   auto line_at = [&](size_t at) {
     auto end = failure.find('\n', at);
@@ -50,6 +51,11 @@ std::string finding_of(const std::string& failure) {
   static const std::string broke = "invariant violated:\n";
   if (auto i = failure.find(broke); i != std::string::npos)
     return "broken: " + line_at(i + broke.size());
+  // A loss found by the final comparison (before any "refused: " in the
+  // events after it, which may quote a connection refused).
+  static const std::string differs = "Redis differs from the model:\n";
+  if (auto i = failure.find(differs); i != std::string::npos)
+    return "differs: " + line_at(i + differs.size());
   if (auto i = failure.find("refused: "); i != std::string::npos)
     return "refusal: " + line_at(i);
   auto first = failure.find('\n');
@@ -82,6 +88,8 @@ size_t run_findings(const char* what, bool (*pick)(uint64_t)) {
     auto r = run_schedule(seed, 200, o);
     if (!r.ok) {
       ++failed;
+      if (o.verbose)  // one seed replayed: the whole failure
+        std::printf("%s\n", r.failure.c_str());
       std::printf("[findings] %s seed %llu, step %zu: %s\n", what,
                   static_cast<unsigned long long>(seed), r.steps, finding_of(r.failure).c_str());
       // The Redis events among the last ones before it: which fault led there.
