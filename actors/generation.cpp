@@ -24,9 +24,21 @@ caf::error generation::judge_primaries(const std::map<std::string, core::judged_
     primaries_ = judged;
     return caf::none;
   }
+  // An extend (partitions added to the running generation) judges the
+  // same primaries in the same histories, or the generation restarts: the
+  // judged set never changes while running (issue 45, rule 5).  A primary
+  // judged for the added partitions alone (one that took over unnoticed,
+  // or joined) would otherwise let the writer write it copies at current
+  // positions, vouching for what a failover lost of the running ones; only
+  // a start judges every partition against every primary.
   for (auto& [node, was] : primaries_) {
     auto i = judged.find(node);
-    if (i != judged.end() && !(i->second == was))
+    if (i == judged.end())
+      return caf::make_error(ec::redis_unavailable,
+                             "redis cluster: primary " + node
+                               + " serves no slots any more since this generation judged the "
+                                 "primaries (a failover, or it left): restarting from the copies");
+    if (!(i->second == was))
       return caf::make_error(ec::redis_unavailable,
                              "redis cluster: primary " + node
                                + " changed during this generation (a restart without its data, "
@@ -34,7 +46,10 @@ caf::error generation::judge_primaries(const std::map<std::string, core::judged_
   }
   for (auto& [node, j] : judged)
     if (primaries_.count(node) == 0)
-      primaries_[node] = j;
+      return caf::make_error(ec::redis_unavailable,
+                             "redis cluster: primary " + node
+                               + " serves slots since this generation judged the primaries (it "
+                                 "took over, or joined): restarting from the copies");
   return caf::none;
 }
 

@@ -60,9 +60,11 @@ struct generation {
 
   /// Redis Cluster mode (docs/DESIGN.md §15): the primaries (node id -> replid)
   /// whose copies this generation's verification judged.  A later
-  /// verification of the same generation (partitions added) that finds one
-  /// of them failed over answers an error: the whole generation restarts
-  /// and re-judges every partition.  Thread-safe.
+  /// verification of the same generation (partitions added) that finds
+  /// another set (one of them failed over or left, another took over or
+  /// joined) answers an error: the whole generation restarts and re-judges
+  /// every partition; the judged set never changes while running (issue 45,
+  /// rule 5).  Thread-safe.
   caf::error judge_primaries(const std::map<std::string, core::judged_primary>& judged);
   std::map<std::string, core::judged_primary> primaries() const;
 

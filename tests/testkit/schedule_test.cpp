@@ -489,6 +489,48 @@ TEST(Finding45Rule1, APromotedReplicaRestartedEmptyIsNeverVouchedFor) {
                      "replica of primary", "rule 1");
 }
 
+// Issue 45, rule 5 (the review's finding "an extend re-opens the chain"):
+// a lossy failover nobody noticed (nothing in flight to that shard), then a
+// partition given to the running node.  The extend must not judge the
+// promoted primary for the added partition alone and widen the running
+// generation's judged set with it: the writer would then write that shard
+// copies at current positions, and what the failover lost of the running
+// partitions would never be replayed.  The judged set never changes while
+// running: the generation restarts, and its start replays from the copies.
+TEST(Finding45Rule5, AnExtendAfterAnUnnoticedFailoverRestartsTheGeneration) {
+  qsp::testkit::kit_options o;
+  o.redis_shards = 3;
+  qsp::testkit::kit k{o};
+  k.settings().ownership = qsp::ownership_mode::host;
+  k.settings().node_id = "node-a";
+  fill_partitions(k, 0, 12, [](int i) -> std::vector<std::string> {
+    return {"user-" + std::to_string(i % 11), "user-" + std::to_string((i + 5) % 13)};
+  });
+  k.start();
+  ASSERT_TRUE(k.assign({0, 1})) << k.explain();
+  ASSERT_TRUE(k.run_until_state("ready")) << k.explain();  // the gate waits for partition 2
+  for (int32_t p : {0, 1})
+    ASSERT_TRUE(k.run_until_offset(p, k.last_stable_offset(p))) << k.explain();
+  k.advance(std::chrono::milliseconds{100});
+  auto home = k.redis_shard_of_namespace();
+  auto lossy = home == 0 ? 1 : 0;
+  ASSERT_GT(k.redis_shard_failover(lossy, 6, false), 0u);
+  auto restarts = k.status() ? k.status()->restarts : 0;
+  ASSERT_TRUE(k.assign({2})) << k.explain();
+  ASSERT_TRUE(k.run_until([&] {
+    for (int32_t p = 0; p < 3; ++p)
+      if (k.checkpoint(p).value_or(0) < k.last_stable_offset(p))
+        return false;
+    return k.ready() || k.state() == "refused";
+  })) << k.explain();
+  k.advance(std::chrono::seconds{1});
+  if (k.state() == "refused")
+    return;  // refused naming the shard: nothing vouched for
+  EXPECT_GT(k.status() ? k.status()->restarts : 0, restarts) << "the extend widened the judged set";
+  EXPECT_TRUE(k.model_equals_redis()) << k.explain();
+  EXPECT_TRUE(k.check_invariants()) << k.explain();
+}
+
 // Issue 45, rule 6 (every topology): ready is a claim about Redis even
 // while idle.  Six conversations for alice, a failover that rolls back the
 // last two writes, and then nothing: no record, no pull.  Within the idle
