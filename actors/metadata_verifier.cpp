@@ -70,7 +70,7 @@ caf::expected<inspection> inspect_for(const projection_settings& cfg, generation
   if (!r->cluster.shards.empty()) {
     std::map<std::string, core::judged_primary> judged;
     for (auto& s : r->cluster.shards)
-      judged[s.node_id] = core::judged_primary{s.replid, s.copy_tag};
+      judged[s.node_id] = core::judged_primary{s.replid, s.copy_tag, s.slots, s.replica_ids};
     if (auto err = gen.judge_primaries(judged))
       return err;
   }

@@ -388,7 +388,6 @@ int cmd_audit(const node_settings& s, const progress_options& progress,
   std::vector<std::string> behind;
   for (size_t i = 0; i < parts.size(); ++i) {
     auto& p = parts[i];
-    auto& pp = insp->plan.partitions[i];
     records += p.records;
     bool stored = insp->validated.next_offsets.count(p.partition) != 0;
     std::cout << "  partition " << p.partition << ": offsets [0, " << p.target << ") "
