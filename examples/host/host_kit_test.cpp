@@ -130,15 +130,16 @@ TEST_F(HostGate, NotReadyWhileRedisIsFrozenThenServesTheModel) {
   expect_pull_equals_model("alice");
 
   k.redis_freeze();
-  // Idle, the projection makes no Redis call and is still ready; a pull
-  // meets the frozen Redis (redis_unavailable): the host says not-ready.
+  // A pull meets the frozen Redis (redis_unavailable): the host says
+  // not-ready, and the projection closes its gate (ready is a claim about
+  // Redis even while idle: what stops answering may be failing over under
+  // it), dirty until Redis answers and the checkpoints are replayed.
   auto frozen = pull("alice");
   EXPECT_TRUE(not_ready(frozen)) << (frozen ? "served while frozen"
                                             : qsp::describe(frozen.error()));
-  EXPECT_TRUE(k.ready());
-  // With a batch to write it notices: dirty once the command timeout ran out.
-  k.produce(1, "late", 9000, {"alice"});
   ASSERT_TRUE(k.run_until_state("dirty")) << k.explain();
+  EXPECT_FALSE(k.ready());
+  k.produce(1, "late", 9000, {"alice"});
   EXPECT_EQ(health(), "waiting");
   EXPECT_TRUE(not_ready(pull("alice")));
   // The fault outlasts Redis' command timeout and every backoff of the
