@@ -1,7 +1,6 @@
 #include "core/copies.hpp"
 
 #include <cstdio>
-#include <cstdlib>
 #include <set>
 
 #include "core/mutants.hpp"
@@ -21,39 +20,9 @@ std::string partition_list(const std::vector<int32_t>& ps) {
   return out;
 }
 
-/// "0-5460,5500" -> {{0, 5460}, {5500, 5500}} (nothing unparsable).
-std::vector<std::pair<long, long>> slot_ranges(const std::string& text) {
-  std::vector<std::pair<long, long>> out;
-  size_t at = 0;
-  while (at < text.size()) {
-    auto comma = std::min(text.find(',', at), text.size());
-    auto part = text.substr(at, comma - at);
-    at = comma + 1;
-    if (part.empty())
-      continue;
-    auto dash = part.find('-');
-    char* end = nullptr;
-    long lo = std::strtol(part.c_str(), &end, 10);
-    long hi = dash == std::string::npos ? lo : std::strtol(part.c_str() + dash + 1, &end, 10);
-    out.emplace_back(lo, hi);
-  }
-  return out;
-}
-
-bool overlap(const std::vector<std::pair<long, long>>& a,
-             const std::vector<std::pair<long, long>>& b, std::pair<long, long>* where) {
-  for (auto& x : a)
-    for (auto& y : b)
-      if (x.first <= y.second && y.first <= x.second) {
-        *where = {std::max(x.first, y.first), std::min(x.second, y.second)};
-        return true;
-      }
-  return false;
-}
-
 /// Why `s`, a primary the namespace never knew without a former history,
-/// holds data of no known origin (rule 1); "" if every slot it serves
-/// migrated from a primary that lives on (it joined).
+/// holds data of no known origin (rule 1): it was a judged primary's
+/// replica; "" otherwise (it joined).
 std::string unknown_origin(const redis_cluster_state& cluster, const shard_report& s) {
   for (auto& [node, replicas] : cluster.known_replicas)
     if (replicas.count(s.node_id) != 0)
@@ -61,31 +30,11 @@ std::string unknown_origin(const redis_cluster_state& cluster, const shard_repor
              + " when this namespace last judged the cluster, and serves that primary's slots "
                "with no history of it (promoted, then restarted without its data, or resynced "
                "from one that was)";
-  if (cluster.known_slots.empty())
-    return {};
-  auto mine = slot_ranges(s.slots);
-  for (auto& [node, slots] : cluster.known_slots) {
-    std::pair<long, long> where;
-    if (node == s.node_id || !overlap(mine, slot_ranges(slots), &where))
-      continue;
-    // The slots came from `node`: by a migration if it still serves slots
-    // (its own stream held them), or if a current primary's valid copy
-    // continues its history (it failed over after giving them away).
-    bool lives_on = false;
-    auto known = cluster.known_primaries.find(node);
-    for (auto& o : cluster.shards) {
-      if (o.node_id == node
-          || (o.copy == "valid" && known != cluster.known_primaries.end()
-              && known->second.count(o.copy_replid) != 0))
-        lives_on = true;
-    }
-    if (!lives_on)
-      return "it serves slots " + std::to_string(where.first) + "-" + std::to_string(where.second)
-             + " that primary node " + node.substr(0, 8)
-             + " held when this namespace last judged the cluster, and no current primary "
-               "continues that node's history: they came by no migration (a promoted replica "
-               "restarted without its data, or slots covered again after their shard was lost)";
-  }
+  // The slots a primary held at the last judgement (known_slots) do not
+  // tell a loss from a scale-out then scale-in between two starts (the new
+  // primary got them by migration from one that then left): the kit's
+  // schedules found that (seeds 1224, 2238), so they are recorded but not
+  // yet judged by.
   return {};
 }
 

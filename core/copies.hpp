@@ -27,15 +27,14 @@
 //   is that primary's proof that the partition had no position then: the
 //   partition is replayed from offset 0.
 // - A primary the namespace never knew, without a former history, has
-//   joined (scale-out) only if its data has a known origin: every slot it
-//   serves was, when the last start judged the cluster, held by a primary
-//   that still serves slots, or by one whose history a current primary's
-//   valid copy continues (the slots migrated from there), and it was no
-//   judged primary's replica.  Otherwise (a promoted replica restarted
-//   empty, slots covered again after their shard was lost) it holds what
-//   no copy vouches for: every checkpointed partition is replayed from
-//   offset 0, the cause named, or the start refuses if retention deleted
-//   part of it (issue 45, rule 1).
+//   joined (scale-out) unless it was a judged primary's replica when the
+//   last start judged the cluster (the registry records each primary's
+//   replicas and slots).  Such a replica (promoted, then restarted empty)
+//   holds what no copy vouches for: every checkpointed partition is
+//   replayed from offset 0, the cause named, or the start refuses if
+//   retention deleted part of it (issue 45, rule 1).  The recorded slots
+//   are not judged by yet: they cannot tell slots covered again after their
+//   shard was lost from a scale-out then scale-in between two starts.
 // - A copy that cannot be read, or whose identity differs from the
 //   namespace's, refuses (fail closed).
 #pragma once

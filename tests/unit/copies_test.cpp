@@ -224,10 +224,10 @@ TEST(Copies, AMigrationThereAndBackBeforeAFailoverRefuses) {
 }
 
 // Issue 45, rule 1: a primary the namespace never knew, without a former
-// history, joined only if its slots came from a primary that lives on.  The
-// registry records the last judged slots and replicas ("@slots",
-// "@replicas"); a known primary's replica, or slots whose last holder is no
-// longer a primary, are a loss: replayed from offset 0, the cause named.
+// history, joined unless it was a judged primary's replica.  The registry
+// records the last judged slots and replicas ("@slots", "@replicas"); a
+// known primary's replica is a loss: replayed from offset 0, the cause
+// named.
 TEST(Copies, APrimaryWithoutAKnownOriginIsReplayedNotJoined) {
   redis_cluster_state c;
   c.copies_marked = true;
@@ -254,14 +254,10 @@ TEST(Copies, APrimaryWithoutAKnownOriginIsReplayedNotJoined) {
     << lost.replay_cause.at(0);
   EXPECT_EQ(lost.refresh.positions.at("n9-id").count(0), 0u) << "vouched for what it lost";
   EXPECT_EQ(lost.refresh.must_wait.count("n9-id"), 1u);
-  // Not its replica, but n2 (the slots' last holder) is no primary now.
+  // Not its replica: it joined, even though n2 (the slots' last holder at
+  // the last judgement) is no primary now (a scale-out, then n2 scaled in,
+  // between two starts: the slots migrated; the kit's seeds 1224 and 2238).
   c.known_replicas.clear();
-  auto covered = judge_copies(c, {{0, 40}}, meta);
-  ASSERT_EQ(covered.replay_from.count(0), 1u);
-  EXPECT_NE(covered.replay_cause.at(0).find("slots 8192-16383"), std::string::npos)
-    << covered.replay_cause.at(0);
-  // The slots migrated from n1, which still serves: it joined.
-  c.known_slots = {{"n1-id", "0-16383"}};
   auto joined = judge_copies(c, {{0, 40}}, meta);
   EXPECT_TRUE(joined.replay_from.empty());
   EXPECT_EQ(joined.refresh.positions.at("n9-id").at(0).first, 40);
