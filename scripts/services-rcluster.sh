@@ -90,8 +90,11 @@
 #                      promoted since (after its rc-resume): then it says so,
 #                      succeeds and prints the primary it was cut off.
 #   rc-failover ID     CLUSTER FAILOVER (graceful: its primary must answer) on
-#                      replica ID; waits (30 s) until ID is a master and the old
-#                      primary a replica.  Prints the old primary's id.
+#                      replica ID once its link is up; waits (30 s) until ID is a
+#                      master and the old primary a replica, sending it again every 6 s while ID is
+#                      still that primary's replica (the masters refuse a vote
+#                      for 2 x cluster-node-timeout after a failover of the same
+#                      pair).  Prints the old primary's id.
 #   rc-move-slots FROM_ID TO_ID COUNT
 #                      redis-cli --cluster reshard (as default) of COUNT slots from
 #                      primary FROM to primary TO, keys included (log:
@@ -766,14 +769,34 @@ rc_failover() {
   [ "$(rc_role_of "$i")" = slave ] || die "$name is not a replica (rc-role $i)"
   p=$(rc_primary_of "$i")
   [ "$p" != "?" ] || die "$name replicates a node that is not of this set"
-  out=$(rc_cli "$(rc_port "redis-$i")" CLUSTER FAILOVER)
-  [ "$out" = OK ] || die "CLUSTER FAILOVER on $name: ${out:-no answer}"
+  # A manual failover lapses after 5 s (CLUSTER_MF_TIMEOUT) if it gets no
+  # votes, and the masters refuse a vote about a shard's primary for 2 x
+  # cluster-node-timeout after they last voted about it (a failover of the
+  # same pair just before, the other way: "can't vote about this master
+  # before N milliseconds" in their logs); a replica that lost an election
+  # starts the next no earlier than 4 x cluster-node-timeout after it.  So
+  # while node ID is still a replica of the same primary, CLUSTER FAILOVER
+  # is sent again every 6 s until the deadline, as an operator would.
+  local attempts=0 last=0 sent
   rc_swapped() {
+    if [ "$(rc_role_of "$i")" = slave ] && [ "$(rc_primary_of "$i")" = "$p" ] \
+       && { [ "$attempts" -eq 0 ] || [ $(( $(date +%s) - last )) -ge 6 ]; }; then
+      sent=$(rc_cli "$(rc_port "redis-$i")" CLUSTER FAILOVER)
+      [ "$sent" = OK ] || { RC_WHY="CLUSTER FAILOVER on $name: ${sent:-no answer}"; return 1; }
+      attempts=$((attempts + 1)); last=$(date +%s)
+      [ "$attempts" -eq 1 ] || log "$name is still a replica of rcluster-$p: CLUSTER FAILOVER again (attempt $attempts; the masters refuse a vote about a primary for 2 x cluster-node-timeout after the last one)"
+    fi
     rc_owns_slots "$i" || return 1
     [ "$(rc_role_of "$p")" = slave ] || { RC_WHY="rcluster-$p: role $(rc_role_of "$p")"; return 1; }
   }
+  # A graceful failover starts once the replica holds its primary's offset:
+  # a primary demoted a moment ago is not streaming yet.
+  rc_until "$RC_FAULT_TIMEOUT" "$name's link to rcluster-$p" rc_link_up "$i"
+  out=$(rc_cli "$(rc_port "redis-$i")" CLUSTER FAILOVER)
+  [ "$out" = OK ] || die "CLUSTER FAILOVER on $name: ${out:-no answer}"
+  attempts=1; last=$(date +%s)
   rc_until "$RC_FAULT_TIMEOUT" "failover to $name" rc_swapped
-  log "$name is a master, rcluster-$p its replica ($(elapsed "$t0") s)"
+  log "$name is a master, rcluster-$p its replica ($(elapsed "$t0") s, $attempts CLUSTER FAILOVER(s))"
   echo "$p"
 }
 
