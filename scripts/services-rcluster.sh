@@ -789,9 +789,20 @@ rc_failover() {
     rc_owns_slots "$i" || return 1
     [ "$(rc_role_of "$p")" = slave ] || { RC_WHY="rcluster-$p: role $(rc_role_of "$p")"; return 1; }
   }
-  # A graceful failover starts once the replica holds its primary's offset:
-  # a primary demoted a moment ago is not streaming yet.
+  # A graceful failover starts once the replica holds its primary's offset,
+  # and the primary answers its request (MFSTART) only from a node it sees
+  # as its own replica: a primary demoted a moment ago is neither streaming
+  # yet nor, on the new primary's cluster bus, its replica.
   rc_until "$RC_FAULT_TIMEOUT" "$name's link to rcluster-$p" rc_link_up "$i"
+  rc_replica_seen() {
+    local mine; mine=$(rc_cli "$(rc_port "redis-$p")" CLUSTER NODES | tr -d '\r' \
+      | awk -v id="$(rc_nodeid "$i")" '$1 == id { print $3, $4 }')
+    case $mine in
+      *slave*" $(rc_nodeid "$p")") return 0 ;;
+      *) RC_WHY="rcluster-$p sees $name as '${mine:-nothing}'"; return 1 ;;
+    esac
+  }
+  rc_until "$RC_FAULT_TIMEOUT" "rcluster-$p seeing $name as its replica" rc_replica_seen
   out=$(rc_cli "$(rc_port "redis-$i")" CLUSTER FAILOVER)
   [ "$out" = OK ] || die "CLUSTER FAILOVER on $name: ${out:-no answer}"
   attempts=1; last=$(date +%s)
