@@ -96,7 +96,8 @@
 #                      for 2 x cluster-node-timeout after a failover of the same
 #                      pair).  Prints the old primary's id.
 #   rc-move-slots FROM_ID TO_ID COUNT
-#                      redis-cli --cluster reshard (as default) of COUNT slots from
+#                      once redis-cli --cluster check is clean (30 s), redis-cli
+#                      --cluster reshard (as default) of COUNT slots from
 #                      primary FROM to primary TO, keys included (log:
 #                      logs/rcluster-reshard.log); waits (30 s) until
 #                      redis-cli --cluster check is clean.  Prints the slots moved,
@@ -110,6 +111,22 @@
 #                      Prints the number of keys moved (0, and nothing is done, if
 #                      TO owns it already).  Keys with a newline in them are not
 #                      supported.  Find a key's slot with CLUSTER KEYSLOT.
+#   rc-cover-lost VIA_ID
+#                      a shard lost (its primary and replicas down: rc-kill them):
+#                      waits (30 s) until node VIA flags a master with slots as
+#                      failed, then redis-cli --cluster fix
+#                      --cluster-fix-with-unreachable-masters through VIA, which
+#                      covers those slots again with the running primaries
+#                      (ADDSLOTS, and it bumps their epochs; log:
+#                      logs/rcluster-fix.log); waits (30 s) until VIA says
+#                      cluster_state:ok.  Prints the slots covered, as ranges.
+#                      The lost nodes stay in the cluster as failed: rc-start
+#                      brings them back as masters without slots (their epochs
+#                      are older), to be given slots with rc-move-slots.
+#   rc-fix VIA_ID      redis-cli --cluster fix through node VIA (open slots, slots
+#                      no node serves, nodes that disagree after lost nodes came
+#                      back); waits (30 s) until redis-cli --cluster check is
+#                      clean.
 #   rc-role ID         prints "master", or "slave P" (P: the id of its primary, "?"
 #                      if that is not a node of this set).  Exit 1 if the node is
 #                      not running, SIGSTOPped or does not answer.
@@ -224,7 +241,7 @@ rc_owner() {
     $3 ~ /master/ { for (i = 9; i <= NF; i++) {
         if ($i ~ /^\[/) continue
         n = split($i, r, "-"); lo = r[1] + 0; hi = (n > 1 ? r[2] : r[1]) + 0
-        if (s >= lo && s <= hi) { print $1; exit }
+        if (s >= lo && s <= hi && !found) { print $1; found = 1 }
     } }'
 }
 
@@ -523,7 +540,7 @@ rc_start() {
   # CLUSTER REPLICATE needs the primary known to the replica.
   rc_knows() {   # rc_knows R -> 0 once replica R knows its primary as a master
     local p=$(( $1 - 3 ))
-    rc_cli "$(rc_port "redis-$1")" CLUSTER NODES | grep -q "^$(rc_nodeid "$p") .*master" && return 0
+    grep -q "^$(rc_nodeid "$p") .*master" <<<"$(rc_cli "$(rc_port "redis-$1")" CLUSTER NODES)" && return 0
     RC_WHY="rcluster-$1 does not know node $p yet"; return 1
   }
   local out
@@ -811,6 +828,45 @@ rc_failover() {
   echo "$p"
 }
 
+# rc-fix VIA: redis-cli --cluster fix through node VIA (open slots, slots
+# no node serves, nodes that disagree), then the check must be clean.
+rc_fix() {
+  local via=$1 port t0; t0=$(now)
+  rc_node_ok "$via" || die "$RC_WHY"
+  port=$(rc_port "redis-$via")
+  { yes yes 2>/dev/null || true; } | REDISCLI_AUTH=$(secret_value redis-admin.password) timeout 300 \
+    redis-cli --user default --no-auth-warning --cluster fix "$HOST:$port" \
+      >>"$STATE/logs/rcluster-fix.log" 2>&1 \
+    || die "redis-cli --cluster fix failed (log: $STATE/logs/rcluster-fix.log)"
+  rc_until "$RC_FAULT_TIMEOUT" "the cluster check after the fix" rc_check_clean "$port"
+  log "redis-cli --cluster fix through rcluster-$via: the check is clean ($(elapsed "$t0") s)"
+}
+
+rc_cover_lost() {
+  local via=$1 port t0 lost; t0=$(now)
+  rc_node_ok "$via" || die "$RC_WHY"
+  [ "$(rc_role_of "$via")" = master ] || die "rcluster-$via is not a primary"
+  port=$(rc_port "redis-$via")
+  rc_failed_master() {
+    lost=$(rc_cli "$port" CLUSTER NODES | tr -d '\r' | awk '
+      $3 ~ /master/ && $3 ~ /fail/ && $3 !~ /fail\?/ && NF >= 9 {
+        for (i = 9; i <= NF; i++) if ($i !~ /^\[/) out = out (out == "" ? "" : " ") $i }
+      END { print out }')
+    [ -n "$lost" ] || { RC_WHY="rcluster-$via flags no master with slots as failed"; return 1; }
+  }
+  rc_until "$RC_FAULT_TIMEOUT" "a failed master in rcluster-$via's view" rc_failed_master
+  # It asks before it covers slots, even with --cluster-yes: answered yes.
+  { yes yes 2>/dev/null || true; } | REDISCLI_AUTH=$(secret_value redis-admin.password) timeout 300 \
+    redis-cli --user default --no-auth-warning --cluster fix "$HOST:$port" \
+      --cluster-fix-with-unreachable-masters >>"$STATE/logs/rcluster-fix.log" 2>&1 \
+    || die "redis-cli --cluster fix failed (log: $STATE/logs/rcluster-fix.log)"
+  rc_until "$RC_FAULT_TIMEOUT" "cluster_state:ok on rcluster-$via after the fix" rc_cluster_ok "$via"
+  # shellcheck disable=SC2086
+  lost=$(rc_expand $lost | rc_ranges)
+  log "slots $lost of a lost shard covered again through rcluster-$via ($(elapsed "$t0") s)"
+  echo "$lost"
+}
+
 rc_move_slots() {
   local from=$1 to=$2 count=$3 t0 before after fport; t0=$(now)
   rc_target "$from"; rc_target "$to"
@@ -820,6 +876,9 @@ rc_move_slots() {
   [ "$(rc_role_of "$from")" = master ] || die "rcluster-$from is not a primary"
   [ "$(rc_role_of "$to")" = master ] || die "rcluster-$to is not a primary"
   fport=$(rc_port "redis-$from")
+  # redis-cli refuses to reshard while the nodes disagree (a node just back,
+  # not yet told that its old slots are served elsewhere): wait it out.
+  rc_until "$RC_FAULT_TIMEOUT" "the cluster check before resharding" rc_check_clean "$fport"
   # shellcheck disable=SC2046
   before=$(rc_expand $(rc_slots "$fport" "$(rc_nodeid "$from")") | sort)   # comm: lexical order
   REDISCLI_AUTH=$(secret_value redis-admin.password) timeout 300 \
@@ -1084,6 +1143,14 @@ rc_fault() {
     rc-add-primary) rc_check_state
                    [ $# -eq 0 ] || die "usage: rc-add-primary"
                    rc_add_primary ;;
+    rc-fix)        rc_check_state
+                   [ $# -eq 1 ] || die "usage: rc-fix VIA_ID"
+                   rc_target "$1"
+                   rc_fix "$1" ;;
+    rc-cover-lost) rc_check_state
+                   [ $# -eq 1 ] || die "usage: rc-cover-lost VIA_ID"
+                   rc_target "$1"
+                   rc_cover_lost "$1" ;;
     rc-remove-primary) rc_check_state
                    [ $# -eq 1 ] || [ $# -eq 2 ] || die "usage: rc-remove-primary ID [TO_ID]"
                    rc_target "$1"
