@@ -227,8 +227,11 @@ private:
   void cluster_fault() {
     if (opts_.as_unkind_as_redis) {
       unkind_cluster_fault();
-      if (chance(0.3))  // two in a row: the second before anything re-judged the first
+      if (chance(0.3)) {  // two in a row: the second before anything re-judged the first
+        if (opts_.copies_between_cluster_events)
+          copies_written();
         unkind_cluster_fault();
+      }
       return;
     }
     auto shards = k_.redis_shard_count();
@@ -270,6 +273,14 @@ private:
     } else {
       k_.redis_error_reply();
     }
+  }
+
+  /// Records on every partition and time for the running node to write
+  /// them, its checkpoints and its copies (copies_between_cluster_events).
+  void copies_written() {
+    for (int32_t p = 0; p < opts_.partitions; ++p)
+      produce(p);
+    k_.advance(std::chrono::milliseconds{between(100, 400)});
   }
 
   /// The host's clients right after a lossy fault, before any record

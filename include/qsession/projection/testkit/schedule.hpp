@@ -62,6 +62,14 @@ struct schedule_options {
   /// the host's side right after every lossy failover (the idle window).
   /// For the findings tests (CTest label `findings`).
   bool as_unkind_as_redis = false;
+  /// With as_unkind_as_redis, Redis Cluster mode: when two cluster events
+  /// come in a row, the running node first gets records on every partition
+  /// and time to write its copies, so the second event (a failover, say)
+  /// meets copies written after the first (a reshard or a spent epoch
+  /// that moved the cluster's epoch on behind the open store).  Off (the
+  /// default) the schedules draw as before; the findings' planted mutant
+  /// copies_stamped_at_open needs it (tests/testkit/findings_test.cpp).
+  bool copies_between_cluster_events = false;
   /// Print each step to stderr.
   bool verbose = false;
   /// The host's actors and invariants (none by default).
