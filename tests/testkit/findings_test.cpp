@@ -158,8 +158,7 @@ TEST(Findings, TheUnkindSchedulesCatchTheMutantsOfRoundThree) {
                   planted{qsp::mutant::id::copies_plain_hset, 270, false, "[nothing lost]",
                           "[nothing lost]"},
                   planted{qsp::mutant::id::copies_stamped_at_open, 2364, true, "copy epoch",
-                          "copy epoch: stored \"epochs 4..4 held by other primaries\", observed "
-                          "\"epoch 4 held by none\""}}) {
+                          "held by none"}}) {
     auto fixed = outcome(p.seed, p.copies_between);
     qsp::mutant::activate(p.m);
     auto planted_out = outcome(p.seed, p.copies_between);
