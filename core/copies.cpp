@@ -1,5 +1,6 @@
 #include "core/copies.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <set>
 
@@ -38,7 +39,62 @@ std::string unknown_origin(const redis_cluster_state& cluster, const shard_repor
   return {};
 }
 
+/// "a-b,c,..." -> its ranges; nullopt if malformed.
+std::optional<std::vector<std::pair<int64_t, int64_t>>> ranges_of(std::string_view text) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  while (!text.empty()) {
+    auto comma = text.find(',');
+    auto word = text.substr(0, comma);
+    text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
+    if (word.empty())
+      continue;
+    auto dash = word.find('-');
+    auto a = parse_decimal(word.substr(0, dash));
+    auto b = dash == std::string_view::npos ? a : parse_decimal(word.substr(dash + 1));
+    if (!a || !b || *b < *a)
+      return std::nullopt;
+    out.emplace_back(*a, *b);
+  }
+  return out;
+}
+
+/// True iff the slot lists share a slot (malformed text: true, fail closed).
+bool share_slots(std::string_view x, std::string_view y) {
+  auto a = ranges_of(x), b = ranges_of(y);
+  if (!a || !b)
+    return true;
+  for (auto& [a1, a2] : *a)
+    for (auto& [b1, b2] : *b)
+      if (a1 <= b2 && b1 <= a2)
+        return true;
+  return false;
+}
+
 } // namespace
+
+std::optional<int32_t> lowest_slot(std::string_view slots) {
+  auto r = ranges_of(slots);
+  if (!r || r->empty())
+    return std::nullopt;
+  int64_t low = r->front().first;
+  for (auto& [a, b] : *r)
+    low = std::min(low, a);
+  return static_cast<int32_t>(low);
+}
+
+std::map<std::string, std::string> gone_primaries(const redis_cluster_state& cluster) {
+  std::map<std::string, std::string> out;
+  if (cluster.shards.empty())
+    return out;
+  std::set<std::string> serving;
+  for (auto& s : cluster.shards)
+    if (!s.slots.empty())
+      serving.insert(s.node_id);
+  for (auto& [node, slots] : cluster.known_slots)
+    if (!slots.empty() && serving.count(node) == 0)
+      out.emplace(node, slots);
+  return out;
+}
 
 copy_floor judge_copies(const redis_cluster_state& cluster,
                         const std::map<int32_t, int64_t>& checkpoints, const hash_fields& meta,
@@ -57,8 +113,34 @@ copy_floor judge_copies(const redis_cluster_state& cluster,
   for (auto& [node, replids] : cluster.known_primaries)
     known_replids.insert(replids.begin(), replids.end());
   auto zero = std::string(40, '0');
+  // Rule 1, slots re-covered after a shard was lost: a primary recorded
+  // with slots, serving none now, whose copy key is in no shard.  Nothing
+  // of its slots is vouched for: every checkpointed partition is replayed
+  // from the start of its log (below), and the primaries serving its slots
+  // now get copies at position 0 (a start before the replay is done
+  // replays again).
+  std::string lost_shard;          ///< the cause, "" none
+  std::vector<std::string> lost_slots;  ///< the lost primaries' recorded slots
+  // (The mutant joined_without_replicas, rule 1's pre-fix state, looks at
+  // none of what the registry recorded.)
+  if (cluster.copies_marked && mutant::active() != mutant::id::joined_without_replicas)
+    for (auto& [node, slots] : gone_primaries(cluster)) {
+      auto f = cluster.gone_copy_found.find(node);
+      if (f == cluster.gone_copy_found.end() || f->second)
+        continue;
+      lost_slots.push_back(slots);
+      if (lost_shard.empty())
+        lost_shard = "primary node " + node.substr(0, 8) + " served slots " + slots
+                     + " when this namespace last judged the cluster and serves none now, and "
+                       "its copy key is in no shard: its shard was lost and its slots covered "
+                       "again (redis-cli --cluster fix, CLUSTER ADDSLOTS), so nothing of them "
+                       "is vouched for";
+    }
   for (auto& s : cluster.shards) {
     auto name = shard_name(s);
+    bool took_lost = false;
+    for (auto& slots : lost_slots)
+      took_lost = took_lost || share_slots(s.slots, slots);
     if (s.copy.rfind("unreadable", 0) == 0) {
       out.problems.push_back(problem{std::nullopt, "copy", "a readable copy", s.copy,
                                      name + ": its copy of the positions cannot be read"});
@@ -213,11 +295,23 @@ copy_floor judge_copies(const redis_cluster_state& cluster,
                "(OPERATIONS.md, \"A shard without a copy\")"});
       continue;
     }
-    if (out.seed || joined || !no_origin.empty())
+    // Its copy says position 0 for every checkpointed partition until the
+    // running node replays it (a start's HSET overwrites the fields its
+    // copy key already holds: leaving a partition out would leave the old
+    // position standing): a start before the replay is done replays again.
+    if (took_lost && !out.seed)
+      for (auto& [p, checkpoint] : checkpoints)
+        vouch[p] = {0, -1};
+    if (out.seed || joined || !no_origin.empty() || (took_lost && !checkpoints.empty()))
       out.refresh.must_wait.insert(s.node_id);
     out.refresh.primaries[s.node_id] =
       judged_primary{s.replid, s.copy_tag, s.slots, s.replica_ids};
   }
+  if (!lost_shard.empty() && !out.seed)
+    for (auto& [p, checkpoint] : checkpoints) {
+      out.replay_from[p] = {0, -1};
+      out.replay_cause[p] = lost_shard;
+    }
   return out;
 }
 

@@ -33,14 +33,28 @@
 //   holds what no copy vouches for: every checkpointed partition is
 //   replayed from offset 0, the cause named, or the start refuses if
 //   retention deleted part of it (issue 45, rule 1).  The recorded slots
-//   are not judged by yet: they cannot tell slots covered again after their
-//   shard was lost from a scale-out then scale-in between two starts.
+//   alone are not judged by: they cannot tell slots covered again after
+//   their shard was lost from a scale-out then scale-in between two starts
+//   (the kit's seeds 1224, 2238).
+// - A primary the registry recorded with slots that serves none now left
+//   them by a migration (its copy key, in its lowest slot, moved along), a
+//   failover (its replica holds the key) or a loss.  Its copy key is looked
+//   for wherever its lowest recorded slot is served now: found nowhere, its
+//   shard was lost and its slots covered again (redis-cli --cluster fix,
+//   CLUSTER ADDSLOTS): every checkpointed partition is replayed from offset
+//   0, the cause named, or the start refuses if retention deleted part of
+//   it (issue 45, rule 1, "slots re-covered after a shard was lost").  The
+//   primaries now serving any of its recorded slots get copies at
+//   position 0 until the running node writes higher ones.  Not seen: a loss after
+//   its lowest slot had migrated away (the key survives elsewhere), or
+//   after a start that recorded the slots' new holder.
 // - A copy that cannot be read, or whose identity differs from the
 //   namespace's, refuses (fail closed).
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -105,7 +119,24 @@ struct redis_cluster_state {
   /// then not checked (it is from the next start on).
   std::map<std::string, std::string> known_slots;
   std::map<std::string, std::set<std::string>> known_replicas;
+  /// For each primary gone_primaries() names (recorded with slots, serving
+  /// none now): whether its copy key (the copy tag of the lowest slot of
+  /// its recorded slots, its node id) exists in the cluster now, wherever
+  /// that slot is served (a migration or a failover carries the key along;
+  /// a lost shard whose slots were covered again does not).  Filled by the
+  /// reader after the registry (redis::find_gone_copies, the kit's fake).
+  std::map<std::string, bool> gone_copy_found;
 };
+
+/// The primaries the registry's "@slots" recorded with slots that serve no
+/// slots now (node id -> the slots recorded): their copy keys are looked
+/// for (redis_cluster_state::gone_copy_found).  Empty for a registry
+/// without "@slots" (an older build's).
+std::map<std::string, std::string> gone_primaries(const redis_cluster_state& cluster);
+
+/// The lowest slot of `slots` ("0-5460,10923-16383", any order); nullopt
+/// for none or malformed text.
+std::optional<int32_t> lowest_slot(std::string_view slots);
 
 /// A primary as a start judged it: the history its copy was judged in and
 /// its copy key's tag.  A running node writes copies only while every

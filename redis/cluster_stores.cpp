@@ -373,6 +373,40 @@ caf::expected<core::redis_cluster_state> read_cluster_state(cluster_router& rout
   return st;
 }
 
+caf::error find_gone_copies(cluster_router& router, const std::string& topic,
+                            core::redis_cluster_state& st) {
+  // Issue 45, rule 1 (slots re-covered after a shard was lost): a primary
+  // the registry recorded with slots that serves none now.  Its copy key
+  // was written under the tag of its lowest slot (tag_for_shard when the
+  // start judged it; the registry's "@slots" are those slots), and that
+  // slot's keys follow the slot: one EXISTS where it is served now.
+  for (auto& [node, slots] : core::gone_primaries(st)) {
+    auto low = core::lowest_slot(slots);
+    if (!low) {
+      st.gone_copy_found[node] = false;  // a malformed record: fail closed
+      continue;
+    }
+    auto key = node_copy_key(copy_tag_for_slot(static_cast<uint16_t>(*low)),
+                             router.config().ns, topic, node);
+    auto s = router.map().shard_of(key_slot(key));
+    if (s < 0) {
+      st.gone_copy_found[node] = false;  // unserved (the start refuses that anyway)
+      continue;
+    }
+    auto c = router.at(address_of(router.map().shards()[static_cast<size_t>(s)].primary), 1);
+    if (!c)
+      return c.error();
+    auto r = (*c)->command({"EXISTS", key});
+    if (!r)
+      return r.error();
+    if ((*r)->type != REDIS_REPLY_INTEGER)
+      return caf::make_error(ec::redis_reply, "redis cluster: EXISTS " + key + ": not an integer "
+                                              "reply (a slot moving while the start reads?)");
+    st.gone_copy_found[node] = (*r)->integer > 0;
+  }
+  return caf::none;
+}
+
 caf::error refresh_cluster_copies(cluster_router& router, const core::identity& id,
                                   const core::copy_refresh& plan) {
   auto facts = router.facts();

@@ -23,6 +23,13 @@ caf::expected<std::unique_ptr<connection>> open_namespace_shard(const settings& 
 caf::expected<core::redis_cluster_state> read_cluster_state(cluster_router& router,
                                                             const std::string& topic);
 
+/// After the registry was read into `st`: for each primary
+/// core::gone_primaries() names, whether its copy key exists where its
+/// lowest recorded slot is served now (EXISTS, one per primary), into
+/// st.gone_copy_found.
+caf::error find_gone_copies(cluster_router& router, const std::string& topic,
+                            core::redis_cluster_state& st);
+
 /// A start's copies (core::copy_refresh): refuses (ec::redis_unavailable:
 /// the start is judged again) unless every primary is one `plan` judged, in
 /// the same history and under the same copy tag; writes each primary its

@@ -369,6 +369,8 @@ redis_checkpoint_store::cluster_state(const std::string& topic) {
   for (size_t k = 0; rep->type == REDIS_REPLY_ARRAY && k + 1 < rep->elements; k += 2)
     core::read_registry_field({rep->element[k]->str, rep->element[k]->len},
                               {rep->element[k + 1]->str, rep->element[k + 1]->len}, *st);
+  if (auto err = find_gone_copies(*router_, topic, *st))
+    return err;
   return st;
 }
 

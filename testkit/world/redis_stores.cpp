@@ -435,6 +435,17 @@ caf::expected<core::redis_cluster_state> fake_checkpoint_store::cluster_state(co
       for (auto& [field, text] : r->second)
         core::read_registry_field(field, text, st);
   }
+  // As redis::find_gone_copies: a primary recorded with slots that serves
+  // none now; its copy key (the tag of its lowest recorded slot, here that
+  // slot's decimal) exists iff a migration or a failover carried it along
+  // (copy keys live in their slot: drop_keys_in removes a lost shard's).
+  st.gone_copy_found.clear();
+  for (auto& [node, slots] : core::gone_primaries(st)) {
+    core::shard_report recorded;
+    recorded.slots = slots;
+    auto tag = copy_tag_of(recorded);
+    st.gone_copy_found[node] = !tag.empty() && w_->copy_keys.count({tag, node}) != 0;
+  }
   return st;
 }
 

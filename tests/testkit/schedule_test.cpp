@@ -489,6 +489,52 @@ TEST(Finding45Rule1, APromotedReplicaRestartedEmptyIsNeverVouchedFor) {
                      "replica of primary", "rule 1");
 }
 
+// Issue 45, rule 1 (slots re-covered after a shard was lost): while the
+// projection is stopped a shard (primary and replica) is lost and another
+// primary covers its slots again, empty (redis-cli --cluster fix, or
+// CLUSTER ADDSLOTS, with or without BUMPEPOCH).  That primary's own copy is
+// valid (its history is intact), so before the fix the start vouched for
+// the checkpoints and became ready with the lost shard's entries missing.
+// The fixed start finds the lost primary's copy key (its lowest slot's tag,
+// as the registry recorded its slots) in no shard: every checkpointed
+// partition is replayed from the start of its log (or the start refuses
+// naming it).  Both with and without BUMPEPOCH.  Under
+// joined_without_replicas (rule 1's pre-fix state, which looks at nothing
+// the registry recorded) it is ready with the lost shard's entries missing.
+namespace {
+
+flush_outcome lost_shard_covered_again(bool bump) {
+  qsp::test::set_worlds_as_unkind_as_redis(true);
+  qsp::testkit::kit_options o;
+  o.redis_shards = 3;
+  qsp::testkit::kit k{o};
+  qsp::test::set_worlds_as_unkind_as_redis(false);
+  fill_partitions(k, 0, 12, [](int i) -> std::vector<std::string> {
+    return {"user-" + std::to_string(i % 11), "user-" + std::to_string((i + 5) % 13)};
+  });
+  flush_outcome out;
+  if (!started_and_caught_up(k) || !k.stop())
+    return out;
+  auto home = k.redis_shard_of_namespace();
+  auto lost = home == 0 ? 1 : 0;
+  if (!k.redis_shard_lost_and_covered(lost, home, bump))
+    return out;
+  k.start();
+  return settled(k);
+}
+
+flush_outcome lost_shard_covered_again_bumped() { return lost_shard_covered_again(true); }
+flush_outcome lost_shard_covered_again_addslots() { return lost_shard_covered_again(false); }
+
+} // namespace
+
+TEST(Finding45Rule1, ALostShardsSlotsCoveredAgainAreReplayed) {
+  fixed_then_planted(lost_shard_covered_again_bumped, qsp::mutant::id::joined_without_replicas,
+                     "copy key is in no shard", "rule 1, covered again, BUMPEPOCH");
+  fixed_then_planted(lost_shard_covered_again_addslots, qsp::mutant::id::joined_without_replicas,
+                     "copy key is in no shard", "rule 1, covered again, ADDSLOTS alone");
+}
+
 // Issue 45, rule 5 (the review's finding "an extend re-opens the chain"):
 // a lossy failover nobody noticed (nothing in flight to that shard), then a
 // partition given to the running node.  The extend must not judge the

@@ -263,6 +263,63 @@ TEST(Copies, APrimaryWithoutAKnownOriginIsReplayedNotJoined) {
   EXPECT_EQ(joined.refresh.positions.at("n9-id").at(0).first, 40);
 }
 
+// Issue 45, rule 1 (slots re-covered after a shard was lost): n2, recorded
+// with slots 8192-16383, serves none now and n1 serves them.  Its copy key
+// found nowhere (the reader's EXISTS where its lowest slot is served): its
+// shard was lost, every checkpointed partition is replayed from offset 0,
+// the cause naming n2 and its slots, and n1 (serving them now) gets a copy
+// at position 0 until the running node replays them.  Found (a migration or a failover carried it): no replay.
+// A registry without "@slots" (an older build's): nothing is looked for.
+TEST(Copies, ALostShardsSlotsCoveredAgainAreReplayedFromTheLogStart) {
+  redis_cluster_state c;
+  c.copies_marked = true;
+  c.known_primaries = {{"n1-id", {a40}}, {"n2-id", {b40}}, {"n3-id", {a40}}};
+  auto n1 = primary("n1", "valid", 40);
+  n1.slots = "0-4095,8192-16383";
+  auto n3 = primary("n3", "valid", 40);
+  n3.slots = "4096-8191";
+  n1.positions[1] = n3.positions[1] = {7, 3};
+  c.shards = {n1, n3};
+  // Legacy registry: no "@slots", no primary is gone, nothing looked for.
+  EXPECT_TRUE(gone_primaries(c).empty());
+  c.gone_copy_found["n2-id"] = false;  // (a reader would not have asked)
+  auto legacy = judge_copies(c, {{0, 40}}, meta);
+  EXPECT_TRUE(legacy.problems.empty());
+  EXPECT_TRUE(legacy.replay_from.empty());
+  read_registry_field("@slots", "n1-id:0-4095 n2-id:8192-16383 n3-id:4096-8191", c);
+  auto gone = gone_primaries(c);
+  ASSERT_EQ(gone.size(), 1u);
+  EXPECT_EQ(gone.at("n2-id"), "8192-16383");
+  EXPECT_EQ(lowest_slot(gone.at("n2-id")), 8192);
+  EXPECT_EQ(lowest_slot("9-12,3"), 3);
+  // Its copy key is in no shard: lost.
+  auto lost = judge_copies(c, {{0, 40}, {1, 7}}, meta);
+  EXPECT_TRUE(lost.problems.empty());
+  for (int32_t p : {0, 1}) {
+    ASSERT_EQ(lost.replay_from.count(p), 1u) << p;
+    EXPECT_EQ(lost.replay_from.at(p).first, 0);
+    EXPECT_NE(lost.replay_cause.at(p).find("node n2-id"), std::string::npos)
+      << lost.replay_cause.at(p);
+    EXPECT_NE(lost.replay_cause.at(p).find("8192-16383"), std::string::npos);
+    EXPECT_NE(lost.replay_cause.at(p).find("copy key is in no shard"), std::string::npos);
+  }
+  EXPECT_EQ(lost.refresh.positions.at("n1-id").at(0).first, 0) << "vouched for what n2 lost";
+  EXPECT_EQ(lost.refresh.positions.at("n1-id").at(1).first, 0);
+  EXPECT_EQ(lost.refresh.must_wait.count("n1-id"), 1u);
+  EXPECT_EQ(lost.refresh.positions.at("n3-id").at(0).first, 40) << "n3 never held n2's slots";
+  EXPECT_EQ(lost.refresh.must_wait.count("n3-id"), 0u);
+  // Its copy key exists where its lowest slot is served: it left by a
+  // migration or a failover, nothing is replayed.
+  c.gone_copy_found["n2-id"] = true;
+  auto moved = judge_copies(c, {{0, 40}, {1, 7}}, meta);
+  EXPECT_TRUE(moved.problems.empty());
+  EXPECT_TRUE(moved.replay_from.empty());
+  EXPECT_EQ(moved.refresh.positions.at("n1-id").at(0).first, 40);
+  // Not looked for (a reader of an older build): no check.
+  c.gone_copy_found.clear();
+  EXPECT_TRUE(judge_copies(c, {{0, 40}}, meta).replay_from.empty());
+}
+
 TEST(Copies, TheRegistryRecordsHistoriesSlotsAndReplicas) {
   std::map<std::string, judged_primary> judged{
     {"n1-id", judged_primary{a40, "0", "0-8191", {"r1", "r2"}}},
