@@ -1047,8 +1047,9 @@ TEST_F(scale_findings, AGracefulFailoverOfAShardNoSlotMovedThroughStaysReadyAcro
 }
 
 // Issue 45, rule 1: a lost shard whose slots were covered again
-// (lost_shard_covered_again).  Before the rule: ready with node 2's
-// entries missing.
-TEST_F(scale_findings, ALostShardCoveredAgainIsNeverVouchedFor) {
+// (lost_shard_covered_again).  Before the rule: "ready with entries
+// missing: 2000 users / 14093 entries compared: 4604 behind"; now every
+// partition starts at 0 (the gone primary's copy key is in no shard).
+TEST_F(scale, ALostShardCoveredAgainIsNeverVouchedFor) {
   lost_shard_covered_again(*this);
 }
