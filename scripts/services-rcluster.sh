@@ -823,6 +823,7 @@ rc_failover() {
   out=$(rc_cli "$(rc_port "redis-$i")" CLUSTER FAILOVER)
   [ "$out" = OK ] || die "CLUSTER FAILOVER on $name: ${out:-no answer}"
   attempts=1; last=$(date +%s)
+  log "CLUSTER FAILOVER sent to $name, $(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%d", (b - a) * 1000 }') ms after the request"
   rc_until "$RC_FAULT_TIMEOUT" "failover to $name" rc_swapped
   log "$name is a master, rcluster-$p its replica ($(elapsed "$t0") s, $attempts CLUSTER FAILOVER(s))"
   echo "$p"
