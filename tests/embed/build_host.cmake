@@ -1,5 +1,6 @@
 # cmake -DMODE=install|package|subproject -DEMBED_DIR=... [-DBUILD_DIR=...]
 #       -DHOST_SRC=... -DSOURCE_DIR=... -DDOC_DIR=... -DGENERATOR=... -DBUILD_TYPE=...
+#       [-DCONFIG_CXX_FLAGS=<the build's CMAKE_CXX_FLAGS_<BUILD_TYPE>>]
 #       -DCXX=... [-DCAF_DIR=<CAF 1.x>/lib/cmake/CAF] -P build_host.cmake
 # The steps of tests/embed, each a CTest fixture.  CAF_DIR: the projection
 # was built against CAF 1.x there, and the host must find the same (without
@@ -20,6 +21,10 @@ function(run)
 endfunction()
 
 set(configure -G ${GENERATOR} -DCMAKE_BUILD_TYPE=${BUILD_TYPE} -DCMAKE_CXX_COMPILER=${CXX})
+if(BUILD_TYPE AND DEFINED CONFIG_CXX_FLAGS)
+  string(TOUPPER "${BUILD_TYPE}" bt)
+  list(APPEND configure "-DCMAKE_CXX_FLAGS_${bt}=${CONFIG_CXX_FLAGS}")
+endif()
 if(CAF_DIR)
   list(APPEND configure -DCAF_DIR=${CAF_DIR})
 endif()
