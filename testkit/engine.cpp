@@ -232,13 +232,28 @@ void engine::retire(int32_t p, int64_t from) {
 
 void engine::shard_failed_over(int32_t shard) {
   std::lock_guard<std::recursive_mutex> g{world->mtx};
+  auto& shards = world->cluster.shards;
+  slots_lost(shard >= 0 && static_cast<size_t>(shard) < shards.size()
+               ? shards[static_cast<size_t>(shard)].slots
+               : std::string{});
+}
+
+void engine::slots_lost(const std::string& slots) {
+  std::lock_guard<std::recursive_mutex> g{world->mtx};
+  auto lost = sim::parse_slots(slots);
   for (auto& [p, cp] : world->checkpoints()) {
     auto& h = holes[p];
     h.below = std::max(h.below, cp);
-    h.shards.insert(shard);
+    h.slots.insert(h.slots.end(), lost.begin(), lost.end());
     h.reassigned = false;
   }
   rebase();
+}
+
+bool engine::in_hole(int32_t p, int64_t off, const std::string& key) const {
+  auto h = holes.find(p);
+  return h != holes.end() && off < h->second.below
+         && sim::in_ranges(h->second.slots, redis::key_slot(key));
 }
 
 bool engine::drive(const std::function<bool()>& done, size_t ticks, bool quiet) {

@@ -51,6 +51,7 @@
 #include "core/dispatch.hpp"
 #include "messages/log.hpp"
 #include "qsession/projection/projection.hpp"
+#include "testkit/world/slots.hpp"
 #include "testkit/world/world.hpp"
 #include "testkit/runtime.hpp"
 
@@ -169,19 +170,25 @@ struct engine {
   /// writes below checkpoints kept on other shards, which the projection
   /// repairs from its per-shard copies at its next start (docs/DESIGN.md §15).
   /// Per partition: until it was assigned again after the failover and its
-  /// checkpoint then moved past the one it had, entries of users on the
-  /// failed shards below that checkpoint may be missing.
+  /// checkpoint then moved past the one it had, entries of users in the
+  /// failed shards' slots (as they were at the loss) below that checkpoint
+  /// may be missing.  Slots, not shard indexes: a lost key stays lost when
+  /// its slot later moves to another shard.
   struct shard_hole {
     int64_t below = 0;
-    std::set<int32_t> shards;
+    sim::slot_ranges slots;
     bool reassigned = false;
   };
   std::map<int32_t, shard_hole> holes;
   /// Partitions whose log start rose only past records the projection had
   /// checkpointed (retention): the model keeps what those records gave.
   std::set<int32_t> retained;
-  /// Marks a shard failover (see hole).
+  /// Marks a shard failover (see hole): the slots `shard` serves now.
   void shard_failed_over(int32_t shard);
+  /// Marks a loss of `slots` (a shard's "a-b,c,..." as it was at the loss).
+  void slots_lost(const std::string& slots);
+  /// Whether `key` is in a hole of partition `p` below offset `off`.
+  bool in_hole(int32_t p, int64_t off, const std::string& key) const;
   std::map<int32_t, int64_t> last_cp;
   std::map<std::pair<std::string, std::string>, int64_t> last_scores;
   std::vector<std::string> violations;

@@ -130,9 +130,7 @@ void engine::check_invariants() {
       for (auto& r : d->recipients) {
         if (off < evicted_below(r, p))
           continue;
-        if (auto h = holes.find(p); h != holes.end() && off < h->second.below
-                                    && h->second.shards.count(
-                                         world->shard_of(world->convs_prefix + r)) > 0)
+        if (in_hole(p, off, world->convs_prefix + r))
           continue;
         auto s = world->score(r, d->conversation_id);
         if (!s || *s < d->created_at)

@@ -316,26 +316,21 @@ void kit::redis_epoch_collision(int32_t a, int32_t b) {
 
 bool kit::redis_shard_lost_and_covered(int32_t shard, int32_t to, bool bump) {
   lock g{d_->world->mtx};
+  auto& shards = d_->world->cluster.shards;
+  auto lost = shard >= 0 && static_cast<size_t>(shard) < shards.size()
+                ? shards[static_cast<size_t>(shard)].slots
+                : std::string{};
   bool ok = shard != to && d_->world->shard_lost_and_covered(shard, to, bump);
   d_->note("Redis Cluster: shard " + std::to_string(shard)
            + (ok ? " lost, its slots covered again by shard " + std::to_string(to)
                      + (bump ? " (BUMPEPOCH)" : " (ADDSLOTS alone)")
                  : std::string{" not lost (it serves the namespace's slot)"}));
   if (ok) {
-    // Its slots' keys are gone (a loss only replay can repair); the shard
-    // indexes above it shift down, the holes' with them.
-    auto moved = [&](int32_t s) {
-      if (s == shard)
-        return to > shard ? to - 1 : to;
-      return s > shard ? s - 1 : s;
-    };
-    for (auto& [p, h] : d_->holes) {
-      std::set<int32_t> now;
-      for (auto s : h.shards)
-        now.insert(moved(s));
-      h.shards = std::move(now);
-    }
-    d_->shard_rolled_back(moved(shard), true);
+    // Its slots' keys are gone (a loss only replay can repair), wherever
+    // those slots are served now.
+    d_->slots_lost(lost);
+    d_->rolled_back = d_->state() == "ready";
+    d_->rollback_unmet = d_->rolled_back;
     d_->world->moved_fault.arm(1);
   }
   return ok;
