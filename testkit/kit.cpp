@@ -156,8 +156,12 @@ caf::expected<partition_status> kit::partition(int32_t p) {
 }
 
 caf::expected<session_list> kit::pull(const std::string& user, uint32_t limit) {
+  // A pull the closed gate answers reads nothing from Redis, so it meets
+  // no rollback and the projection claims nothing by it (Redis frozen, for
+  // one: the node is still in state ready, but its gate is closed).
+  bool gate_was_open = d_->gate_open();
   auto res = d_->ask_timed<session_list>(std::chrono::seconds{10}, atom::pull_v, user, limit);
-  if (d_->exemption_ends_when_met && d_->rollback_unmet) {
+  if (d_->exemption_ends_when_met && d_->rollback_unmet && gate_was_open) {
     // The pull met the rollback (its connection was reset).  Whatever that
     // set off runs first; a projection still ready then claims Redis holds
     // everything below its checkpoints and H0 (issue 45, rule 6), so the
