@@ -299,11 +299,9 @@ copy_floor judge_copies(const redis_cluster_state& cluster,
     // running node replays it (a start's HSET overwrites the fields its
     // copy key already holds: leaving a partition out would leave the old
     // position standing): a start before the replay is done replays again.
-    if (took_lost && !out.seed && !checkpoints.empty()) {
+    if (took_lost && !out.seed)
       for (auto& [p, checkpoint] : checkpoints)
         vouch[p] = {0, -1};
-      out.refresh.lowered.insert(s.node_id);
-    }
     if (out.seed || joined || !no_origin.empty() || (took_lost && !checkpoints.empty()))
       out.refresh.must_wait.insert(s.node_id);
     out.refresh.primaries[s.node_id] =

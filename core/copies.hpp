@@ -170,12 +170,6 @@ struct copy_refresh {
   /// former copies meanwhile: no WAIT (a replica that is down does not stop
   /// a start).
   std::set<std::string> must_wait;
-  /// Primaries whose copy this start lowers below what they vouched for
-  /// (position 0: they cover a lost shard's slots).  Their copy keys under
-  /// other names (an older tag: the lowest slot changed) are deleted, and
-  /// the deletes waited for, so that no older copy of the same history,
-  /// found after a failover, outranks the lowered one.
-  std::set<std::string> lowered;
   /// meta gets copies_field (the first start).
   bool mark = false;
   /// node id -> its history and copy tag: recorded into the known

@@ -432,40 +432,6 @@ caf::error refresh_cluster_copies(cluster_router& router, const core::identity& 
   });
   if (put.err)
     return put.err;
-  // A lowered copy (a primary covering a lost shard's slots) must not be
-  // outranked by the same primary's copy under an older name: after a
-  // failover the next start finds every copy of that history (SCAN) and
-  // the highest position of each partition counts.  Those older keys are
-  // deleted, wherever they are, and the deletes waited for below.
-  std::set<size_t> wait_too;
-  const auto& ns = router.config().ns;
-  for (auto& node : plan.lowered) {
-    auto judged = plan.primaries.find(node);
-    if (judged == plan.primaries.end())
-      continue;
-    auto keep = node_copy_key(judged->second.copy_tag, ns, id.topic, node);
-    auto pattern = "{qsp-copy-*}:" + glob_escape(ns) + ":copies:" + glob_escape(id.topic) + ":"
-                   + glob_escape(node);
-    for (size_t j = 0; j < facts->size(); ++j) {
-      auto c = router.at(address_of(router.map().shards()[j].primary), 1);
-      if (!c)
-        return c.error();
-      std::vector<std::string> stale;
-      auto scanned = scan_keys(**c, pattern, [&](const std::string& key) -> caf::error {
-        if (key != keep)
-          stale.push_back(key);
-        return caf::none;
-      });
-      if (scanned)
-        return scanned;
-      for (auto& key : stale) {
-        auto d = (*c)->command({"DEL", key});
-        if (!d)
-          return d.error();
-        wait_too.insert(j);
-      }
-    }
-  }
   // A primary whose copy is its only proof (every one at the first start,
   // one that joined): every replica must hold the copy (and so everything
   // below it) before it is trusted, or a failover to a replica without it
@@ -476,7 +442,7 @@ caf::error refresh_cluster_copies(cluster_router& router, const core::identity& 
   auto timeout = std::to_string(std::max(1, cfg.command_timeout_ms / 2));
   for (size_t i = 0; i < facts->size(); ++i) {
     auto& f = (*facts)[i];
-    if (f.replicas == 0 || (plan.must_wait.count(f.node_id) == 0 && wait_too.count(i) == 0))
+    if (f.replicas == 0 || plan.must_wait.count(f.node_id) == 0)
       continue;
     auto c = router.at(address_of(router.map().shards()[i].primary), 1);
     if (!c)

@@ -156,11 +156,6 @@ struct simulated_redis_cluster : virtual world_core {
   /// ones it seeds or that joined): what was written to their keys so far
   /// can no longer be lost by a failover; the others' writes can.
   void wait_replicas(const std::set<std::string>& nodes);
-  /// As refresh_cluster_copies for a lowered primary (core::copy_refresh::
-  /// lowered): deletes `node`'s copy keys under every tag but `keep_tag`,
-  /// wherever they are (a write; undone by a failover that loses it).
-  /// Returns the node ids of the primaries that held them (to WAIT on).
-  std::set<std::string> delete_other_copies(const std::string& node, const std::string& keep_tag);
   /// Records a copy write (see copy_writes) and, in Redis Cluster mode,
   /// sets the positions of every valid copy.
   /// `per_node`: a start's copies (node id -> positions), each primary its

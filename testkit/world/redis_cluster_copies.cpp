@@ -134,26 +134,6 @@ void simulated_redis_cluster::put_copy(size_t i,
     c.positions[p] = at;
 }
 
-std::set<std::string> simulated_redis_cluster::delete_other_copies(const std::string& node,
-                                                                   const std::string& keep_tag) {
-  lock g{mtx};
-  std::set<std::string> held_by;
-  std::vector<std::pair<std::string, std::string>> stale;
-  for (auto& [key, copy] : copy_keys)
-    if (key.second == node && key.first != keep_tag)
-      stale.push_back(key);
-  for (auto& key : stale) {
-    if (auto slot = core::parse_decimal(key.first))
-      for (auto& sh : cluster.shards)
-        if (serves(sh.slots, static_cast<uint16_t>(*slot)))
-          held_by.insert(sh.node_id);
-    note_copy(key);
-    copy_keys.erase(key);
-  }
-  sync_copy_views();
-  return held_by;
-}
-
 // -- the journal's cluster entries ----------------------------------------------------
 
 void simulated_redis_cluster::note_copy(const std::pair<std::string, std::string>& key) {

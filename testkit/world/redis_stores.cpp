@@ -472,16 +472,9 @@ caf::expected<void> fake_checkpoint_store::refresh_copies(const core::identity&,
                                     : "judged with tag " + j->second.copy_tag)
                                + "): judging again");
   }
-  auto wait_for = plan.must_wait;
   {
     simulated_redis::write_scope write{*w_};
     w_->record_copy({}, plan.mark, &plan.positions);
-    // As refresh_cluster_copies: a lowered primary's copies under other
-    // names are deleted, and those deletes waited for.
-    for (auto& node : plan.lowered)
-      if (auto j = plan.primaries.find(node); j != plan.primaries.end())
-        for (auto& held : w_->delete_other_copies(node, j->second.copy_tag))
-          wait_for.insert(held);
   }
   // WAIT: every replica acknowledged the copies, and with them everything
   // written before (replication is ordered).  As the product does
@@ -489,7 +482,7 @@ caf::expected<void> fake_checkpoint_store::refresh_copies(const core::identity&,
   // proof (seeded, or joined): the others' replicas may still miss it.
   // (The simulated replicas are always up.)
   if (w_->waits_as_the_product)
-    w_->wait_replicas(wait_for);
+    w_->wait_replicas(plan.must_wait);
   else
     w_->wait_all_replicas();
   bool registry_changed = false;
