@@ -535,6 +535,38 @@ TEST(Finding45Rule1, ALostShardsSlotsCoveredAgainAreReplayed) {
                      "copy key is in no shard", "rule 1, covered again, ADDSLOTS alone");
 }
 
+namespace {
+
+/// Host ownership: started, partitions 0 and 1 assigned and caught up; its
+/// state is ready and its gate waits for partition 2.
+bool owns_partitions_0_and_1_caught_up(qsp::testkit::kit& k) {
+  k.start();
+  if (!k.assign({0, 1}) || !k.run_until_state("ready"))
+    return false;
+  for (int32_t p : {0, 1})
+    if (!k.run_until_offset(p, k.last_stable_offset(p)))
+      return false;
+  k.advance(std::chrono::milliseconds{100});
+  return true;
+}
+
+/// Partition 2 assigned too, then run until every partition's checkpoint
+/// is at its end and the gate is open, or the node refused.
+bool takes_on_partition_2_until_settled(qsp::testkit::kit& k) {
+  if (!k.assign({2}))
+    return false;
+  bool settled = k.run_until([&] {
+    for (int32_t p = 0; p < 3; ++p)
+      if (k.checkpoint(p).value_or(0) < k.last_stable_offset(p))
+        return false;
+    return k.ready() || k.state() == "refused";
+  });
+  k.advance(std::chrono::seconds{1});
+  return settled;
+}
+
+} // namespace
+
 // Issue 45, rule 5 (the review's finding "an extend re-opens the chain"):
 // a lossy failover nobody noticed (nothing in flight to that shard), then a
 // partition given to the running node.  The extend must not judge the
@@ -552,24 +584,12 @@ TEST(Finding45Rule5, AnExtendAfterAnUnnoticedFailoverRestartsTheGeneration) {
   fill_partitions(k, 0, 12, [](int i) -> std::vector<std::string> {
     return {"user-" + std::to_string(i % 11), "user-" + std::to_string((i + 5) % 13)};
   });
-  k.start();
-  ASSERT_TRUE(k.assign({0, 1})) << k.explain();
-  ASSERT_TRUE(k.run_until_state("ready")) << k.explain();  // the gate waits for partition 2
-  for (int32_t p : {0, 1})
-    ASSERT_TRUE(k.run_until_offset(p, k.last_stable_offset(p))) << k.explain();
-  k.advance(std::chrono::milliseconds{100});
+  ASSERT_TRUE(owns_partitions_0_and_1_caught_up(k)) << k.explain();
   auto home = k.redis_shard_of_namespace();
   auto lossy = home == 0 ? 1 : 0;
   ASSERT_GT(k.redis_shard_failover(lossy, 6, false), 0u);
   auto restarts = k.status() ? k.status()->restarts : 0;
-  ASSERT_TRUE(k.assign({2})) << k.explain();
-  ASSERT_TRUE(k.run_until([&] {
-    for (int32_t p = 0; p < 3; ++p)
-      if (k.checkpoint(p).value_or(0) < k.last_stable_offset(p))
-        return false;
-    return k.ready() || k.state() == "refused";
-  })) << k.explain();
-  k.advance(std::chrono::seconds{1});
+  ASSERT_TRUE(takes_on_partition_2_until_settled(k)) << k.explain();
   if (k.state() == "refused")
     return;  // refused naming the shard: nothing vouched for
   EXPECT_GT(k.status() ? k.status()->restarts : 0, restarts) << "the extend widened the judged set";
@@ -688,26 +708,14 @@ TEST(KitFindings, APullTheClosedGateAnswersMeetsNoRollback) {
   fill_partitions(k, 0, 12, [](int i) -> std::vector<std::string> {
     return {"user-" + std::to_string(i % 11), "user-" + std::to_string((i + 5) % 13)};
   });
-  k.start();
-  ASSERT_TRUE(k.assign({0, 1})) << k.explain();
-  ASSERT_TRUE(k.run_until_state("ready")) << k.explain();
-  for (int32_t p : {0, 1})
-    ASSERT_TRUE(k.run_until_offset(p, k.last_stable_offset(p))) << k.explain();
-  k.advance(std::chrono::milliseconds{100});
+  ASSERT_TRUE(owns_partitions_0_and_1_caught_up(k)) << k.explain();
   ASSERT_FALSE(k.ready()) << "the gate should wait for partition 2";
   auto home = k.redis_shard_of_namespace();
   auto lossy = home == 0 ? 1 : 0;
   ASSERT_GT(k.redis_shard_failover(lossy, 6, true), 0u);
   EXPECT_FALSE(k.pull("user-1")) << "the closed gate served a pull";
   EXPECT_TRUE(k.check_invariants()) << k.explain();
-  ASSERT_TRUE(k.assign({2})) << k.explain();
-  ASSERT_TRUE(k.run_until([&] {
-    for (int32_t p = 0; p < 3; ++p)
-      if (k.checkpoint(p).value_or(0) < k.last_stable_offset(p))
-        return false;
-    return k.ready() || k.state() == "refused";
-  })) << k.explain();
-  k.advance(std::chrono::seconds{1});
+  ASSERT_TRUE(takes_on_partition_2_until_settled(k)) << k.explain();
   EXPECT_TRUE(k.check_invariants()) << k.explain();
   if (k.ready())
     EXPECT_TRUE(k.model_equals_redis()) << k.explain();
